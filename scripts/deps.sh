@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages headroom builds and tests with, when missing.
+#   scripts/deps.sh --check   exit 0 when everything is present, 1 otherwise
+#   scripts/deps.sh           apt-get install what is missing (needs root or sudo)
+set -euo pipefail
+
+# build: compiler, CMake, pkg-config; libraries: cJSON (JSON), PCRE2 (the
+# pre-tokenizer regexes), libmicrohttpd (HTTP server); tests: python3 with
+# Debian's sentencepiece (differential tokenizer test), clang + its runtime
+# (libFuzzer targets).
+PKGS=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libmicrohttpd-dev
+      python3 python3-sentencepiece clang libclang-rt-14-dev)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [[ "${1:-}" == "--check" ]]; then
+  [[ ${#missing[@]} -eq 0 ]]
+  exit
+fi
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+echo "headroom: installing ${missing[*]}" >&2
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,243 @@
+/*
+ * cpu_backend.c — the CPU backend: setup (weights, vectors, activations,
+ * KV pool, workspaces) and the ops table. The ops live one per file.
+ *
+ * Everything is allocated at setup through hr_malloc (counted, so tests can
+ * prove a step allocates nothing) and freed with the backend.
+ */
+#include "backend/cpu/cpu_backend.h"
+
+#include "quant/quant.h"
+#include "util/alloc.h"
+#include "util/fp16.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#define CPU_ALIGN 64 /* a cache line, and a full AVX-512 vector */
+
+static void *own(cpu_backend *c, size_t n_bytes) {
+    if (c->n_owned == c->cap_owned) {
+        int32_t cap = c->cap_owned ? c->cap_owned * 2 : 64;
+        void **p = hr_realloc(c->owned, (size_t)cap * sizeof *p);
+        if (!p)
+            return NULL;
+        c->owned = p;
+        c->cap_owned = cap;
+    }
+    void *p = hr_malloc_aligned(n_bytes, CPU_ALIGN);
+    if (p)
+        c->owned[c->n_owned++] = p;
+    return p;
+}
+
+static void cpu_free(hr_backend *b) {
+    cpu_backend *c = (cpu_backend *)b;
+    if (!c)
+        return;
+    for (int32_t i = 0; i < c->n_owned; i++)
+        hr_free(c->owned[i]);
+    hr_free(c->owned);
+    cpu_pool_free(c->pool);
+    hr_free(c);
+}
+
+static hr_status nomem(hr_error *err, const char *what, size_t n) {
+    return hr_err_set(err, HR_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes for %s", n,
+                      what);
+}
+
+/* A vector (norm weight or bias) of any float type into f32. */
+static void to_f32(const model_tensor *t, float *dst, int64_t n) {
+    quant_dequantize_row(t->dtype, t->data, dst, n);
+}
+
+static hr_status cpu_weight_create(hr_backend *b, const model_tensor *const *parts,
+                                   const model_tensor *const *biases, int n_parts,
+                                   be_weight **out, hr_error *err) {
+    cpu_backend *c = (cpu_backend *)b;
+    HR_ASSERT(n_parts >= 1 && n_parts <= 3);
+    be_weight *w = own(c, sizeof *w);
+    if (!w)
+        return nomem(err, "a weight", sizeof *w);
+    memset(w, 0, sizeof *w);
+    w->n_parts = n_parts;
+    w->k = parts[0]->ne[0];
+    bool any_bias = false;
+    for (int i = 0; i < n_parts; i++) {
+        HR_ASSERT(parts[i]->ne[0] == w->k);
+        w->parts[i] = (cpu_mat){.dtype = parts[i]->dtype, .data = parts[i]->data,
+                                .n_rows = parts[i]->ne[1]};
+        w->n_rows += parts[i]->ne[1];
+        any_bias |= biases && biases[i];
+    }
+    if (any_bias) {
+        w->bias = own(c, (size_t)w->n_rows * sizeof(float));
+        if (!w->bias)
+            return nomem(err, "a bias", (size_t)w->n_rows * sizeof(float));
+        int64_t at = 0;
+        for (int i = 0; i < n_parts; i++) {
+            if (biases[i])
+                to_f32(biases[i], w->bias + at, w->parts[i].n_rows);
+            else
+                memset(w->bias + at, 0, (size_t)w->parts[i].n_rows * sizeof(float));
+            w->parts[i].bias = w->bias + at;
+            at += w->parts[i].n_rows;
+        }
+    }
+    if (w->k > c->matmul_max_k)
+        c->matmul_max_k = w->k;
+    *out = w;
+    return HR_OK;
+}
+
+static hr_status cpu_vector_create(hr_backend *b, const model_tensor *t, be_vector **out,
+                                   hr_error *err) {
+    cpu_backend *c = (cpu_backend *)b;
+    be_vector *v = own(c, sizeof *v);
+    if (!v)
+        return nomem(err, "a vector", sizeof *v);
+    v->n = t->ne[0];
+    v->data = own(c, (size_t)v->n * sizeof(float));
+    if (!v->data)
+        return nomem(err, t->name, (size_t)v->n * sizeof(float));
+    to_f32(t, v->data, v->n);
+    *out = v;
+    return HR_OK;
+}
+
+static hr_status cpu_tensor_alloc(hr_backend *b, int64_t rows, int64_t cols, be_tensor *out,
+                                  hr_error *err) {
+    cpu_backend *c = (cpu_backend *)b;
+    /* rows padded to a cache line so neighbouring rows never share one */
+    int64_t ld = (cols + 15) / 16 * 16;
+    size_t n = (size_t)rows * (size_t)ld * sizeof(float);
+    out->data = own(c, n);
+    if (!out->data)
+        return nomem(err, "activations", n);
+    out->cols = cols;
+    out->ld = ld;
+    return HR_OK;
+}
+
+static hr_status cpu_kv_alloc(hr_backend *b, const be_config *cfg, hr_error *err) {
+    cpu_backend *c = (cpu_backend *)b;
+    const hr_model_info *in = b->info;
+    if (cfg->kv_dtype != HR_DTYPE_F32 && cfg->kv_dtype != HR_DTYPE_F16 &&
+        cfg->kv_dtype != HR_DTYPE_BF16)
+        return hr_err_set(err, HR_ERR_UNSUPPORTED,
+                          "cpu backend: KV cache type %s (f32, f16 and bf16 are supported)",
+                          hr_dtype_name(cfg->kv_dtype));
+    c->kv = *cfg;
+    c->kv_elem_bytes = (size_t)hr_dtype_table[cfg->kv_dtype].block_bytes;
+    size_t pool = (size_t)in->n_layer * (size_t)cfg->n_block * (size_t)in->n_head_kv *
+                  (size_t)cfg->block_size * (size_t)in->head_dim * c->kv_elem_bytes;
+    c->k_pool = own(c, pool);
+    c->v_pool = c->k_pool ? own(c, pool) : NULL;
+    if (!c->v_pool)
+        return nomem(err, "the KV cache", 2 * pool);
+
+    int nth = cpu_pool_size(c->pool);
+    int64_t max_ctx = (int64_t)cfg->max_blocks_per_seq * cfg->block_size;
+    c->att_scratch_per_thread =
+        ((int64_t)(in->n_head / in->n_head_kv) * max_ctx + in->head_dim + 15) / 16 * 16;
+    size_t att = (size_t)nth * (size_t)c->att_scratch_per_thread * sizeof(float);
+    size_t rope = (size_t)cfg->max_rows * (size_t)(in->head_dim / 2) * sizeof(float);
+    c->att_scratch = own(c, att);
+    c->rope_cos = own(c, rope);
+    c->rope_sin = own(c, rope);
+    c->row_seq = own(c, (size_t)cfg->max_rows * sizeof(int32_t));
+    if (!c->att_scratch || !c->rope_cos || !c->rope_sin || !c->row_seq)
+        return nomem(err, "attention workspace", att + 2 * rope);
+
+    /* the matmul workspace, sized for the largest K of any weight created */
+    c->matmul_max_rows = cfg->max_rows > cfg->max_out ? cfg->max_rows : cfg->max_out;
+    c->matmul_scratch_bytes = cpu_matmul_scratch_bytes(c->matmul_max_rows, c->matmul_max_k, nth);
+    c->matmul_scratch = own(c, c->matmul_scratch_bytes);
+    if (!c->matmul_scratch)
+        return nomem(err, "matmul workspace", c->matmul_scratch_bytes);
+    return HR_OK;
+}
+
+static hr_status cpu_begin_step(hr_backend *b, const hr_step *s, hr_error *err) {
+    cpu_backend *c = (cpu_backend *)b;
+    if (s->n_rows > c->kv.max_rows || s->n_out > c->kv.max_out)
+        return hr_err_set(err, HR_ERR_INVALID, "cpu backend: step of %d rows (%d outputs) over "
+                                               "the planned %d (%d)",
+                          s->n_rows, s->n_out, c->kv.max_rows, c->kv.max_out);
+    c->step = s;
+    c->rope_ready = false;
+    for (int32_t i = 0; i < s->n_seg; i++)
+        for (int32_t r = 0; r < s->segs[i].n; r++)
+            c->row_seq[s->segs[i].row0 + r] = s->segs[i].seq;
+    return HR_OK;
+}
+
+static void cpu_matmul_op(hr_backend *b, be_tensor *y, const be_tensor *x, const be_weight *w,
+                          int64_t n) {
+    cpu_backend *c = (cpu_backend *)b;
+    cpu_matmul(c->pool, c->matmul_scratch, c->mode, y->data, y->ld, x->data, x->ld, n, w->k,
+               w->parts, w->n_parts);
+}
+
+static void cpu_gather_rows(hr_backend *b, be_tensor *y, const be_tensor *x) {
+    cpu_backend *c = (cpu_backend *)b;
+    for (int32_t i = 0; i < c->step->n_out; i++)
+        memcpy((float *)y->data + (int64_t)i * y->ld,
+               (const float *)x->data + (int64_t)c->step->out_rows[i] * x->ld,
+               (size_t)x->cols * sizeof(float));
+}
+
+static hr_status cpu_end_step(hr_backend *b, const be_tensor *logits, float *host,
+                              hr_error *err) {
+    (void)err;
+    cpu_backend *c = (cpu_backend *)b;
+    if (host)
+        for (int32_t i = 0; i < c->step->n_out; i++)
+            memcpy(host + (int64_t)i * logits->cols, (const float *)logits->data + i * logits->ld,
+                   (size_t)logits->cols * sizeof(float));
+    c->step = NULL;
+    return HR_OK;
+}
+
+static const hr_backend_ops cpu_ops = {
+    .name = "cpu",
+    .free = cpu_free,
+    .weight_create = cpu_weight_create,
+    .vector_create = cpu_vector_create,
+    .tensor_alloc = cpu_tensor_alloc,
+    .kv_alloc = cpu_kv_alloc,
+    .begin_step = cpu_begin_step,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .add_rmsnorm = cpu_add_rmsnorm,
+    .matmul = cpu_matmul_op,
+    .rope = cpu_rope,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .gather_rows = cpu_gather_rows,
+    .end_step = cpu_end_step,
+};
+
+hr_status backend_cpu_create(const hr_model_info *info, const be_params *p, hr_backend **out,
+                             hr_error *err) {
+    cpu_backend *c = hr_calloc(1, sizeof *c);
+    if (!c)
+        return nomem(err, "the backend", sizeof *c);
+    c->base.ops = &cpu_ops;
+    c->base.info = info;
+    c->mode = p->exact_matmul ? CPU_MATMUL_EXACT : CPU_MATMUL_FAST;
+    int n = p->n_threads;
+    if (n <= 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        n = cores > 0 ? (int)cores : 1;
+    }
+    hr_status s = cpu_pool_create(n, &c->pool, err);
+    if (s != HR_OK) {
+        hr_free(c);
+        return s;
+    }
+    *out = &c->base;
+    return HR_OK;
+}

@@ -1,0 +1,59 @@
+/*
+ * kv_store.c — write the step's K and V rows into the paged KV pool, and the
+ * conversions between f32 and the pool's element type (f32, f16 or bf16).
+ *
+ * Row r of qkv holds [q (H*Dh) | k (Hkv*Dh) | v (Hkv*Dh)]; its slot
+ * (block * BS + offset) was computed by the engine from the sequence's block
+ * table. Each kv head's Dh values land in that head's page of the block.
+ */
+#include "backend/cpu/cpu_backend.h"
+#include "util/fp16.h"
+
+#include <string.h>
+
+void cpu_kv_to_f32(hr_dtype t, const uint8_t *src, float *dst, int64_t n) {
+    if (t == HR_DTYPE_F32) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    } else if (t == HR_DTYPE_F16) {
+        const uint16_t *s = (const uint16_t *)src;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = hr_f16_to_f32(s[i]);
+    } else {
+        const uint16_t *s = (const uint16_t *)src;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = hr_bf16_to_f32(s[i]);
+    }
+}
+
+void cpu_kv_from_f32(hr_dtype t, const float *src, uint8_t *dst, int64_t n) {
+    if (t == HR_DTYPE_F32) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    } else if (t == HR_DTYPE_F16) {
+        uint16_t *d = (uint16_t *)dst;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = hr_f32_to_f16(src[i]);
+    } else {
+        uint16_t *d = (uint16_t *)dst;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = hr_f32_to_bf16(src[i]);
+    }
+}
+
+void cpu_kv_store(hr_backend *b, int32_t layer, const be_tensor *qkv) {
+    cpu_backend *c = (cpu_backend *)b;
+    const hr_model_info *in = b->info;
+    const int32_t Dh = in->head_dim, BS = c->kv.block_size;
+    const int64_t k_off = (int64_t)in->n_head * Dh, v_off = k_off + (int64_t)in->n_head_kv * Dh;
+    for (int32_t r = 0; r < c->step->n_rows; r++) {
+        int32_t slot = c->step->slot[r];
+        int32_t block = slot / BS, off = slot % BS;
+        const float *row = (const float *)qkv->data + (int64_t)r * qkv->ld;
+        for (int32_t g = 0; g < in->n_head_kv; g++) {
+            size_t at = (size_t)off * (size_t)Dh * c->kv_elem_bytes;
+            cpu_kv_from_f32(c->kv.kv_dtype, row + k_off + (int64_t)g * Dh,
+                            cpu_kv_page(c, c->k_pool, layer, block, g) + at, Dh);
+            cpu_kv_from_f32(c->kv.kv_dtype, row + v_off + (int64_t)g * Dh,
+                            cpu_kv_page(c, c->v_pool, layer, block, g) + at, Dh);
+        }
+    }
+}

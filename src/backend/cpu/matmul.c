@@ -1,0 +1,503 @@
+/*
+ * matmul.c — cpu_matmul: validation, scratch plan, work split, dispatch.
+ *
+ * One call = one pool run. Inside it every thread
+ *   1. (FAST) quantizes its share of the activation rows into the xq layouts
+ *      the parts' kernels read, and x^ where a generic path needs it; then all
+ *      threads meet at a barrier;
+ *   2. takes chunks of weight rows from an atomic counter until none is left
+ *      and runs the level's rows kernel on each (bias added after).
+ * Chunks never straddle two parts. Each part runs decode kernels or, from the
+ * level's gemm_min_B_exact/_fast rows on, prefill kernels. Decode cuts a part
+ * into about 8 chunks per thread (small enough to balance, large enough that
+ * the counter is touched every few microseconds); prefill hands out tiles of
+ * at most gemm_max_rows rows, each packed once and reused for all B rows.
+ * Every output element is computed by the same arithmetic whatever the chunk
+ * boundaries, so results do not depend on the thread count.
+ *
+ * Generic paths (a NULL entry in the level's table): EXACT decode converts a
+ * few weight rows to f32 in the thread's scratch and runs the level's F32
+ * kernel on them; FAST for a quantized type without integer kernels runs the
+ * EXACT kernels on x^ (so its results obey the same FAST contract).
+ *
+ * Prefill with f32 kernels packs the activations once per call into panels
+ * (gemm_pack_x), shared by all threads, before any thread starts on weights:
+ * packing per weight tile instead cost 7% of a 512x2048x512 product.
+ *
+ * Scratch (one block, planned by the caller):
+ *   [x^: B*K f32] [xq rows: 3 layouts * B * xq_row_bytes]
+ *   [packed x, packed x^: 2 * (B+15) * kpad(K) f32] [per thread: tscratch]
+ * Three layouts suffice: decode uses at most NATURAL/QUAD/K4, prefill T32/T16.
+ */
+#include "backend/cpu/matmul.h"
+
+#include "backend/cpu/cpu_features.h"
+#include "quant/quant.h"
+#include "util/dtype.h"
+#include "util/error.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
+
+#define MM_MAX_PARTS 16
+#define MM_ALIGN 64
+/* Rows converted at a time by the generic EXACT decode path. */
+#define MM_GENERIC_ROWS 4
+/* Decode: target chunks per thread, and the smallest chunk (rows). */
+#define MM_GEMV_CHUNKS_PER_THREAD 8
+#define MM_GEMV_MIN_CHUNK 16
+/* Layout slots in scratch (see the file comment). */
+#define MM_XQ_SLOTS 3
+
+static size_t align_up(size_t n) {
+    return (n + MM_ALIGN - 1) / MM_ALIGN * MM_ALIGN;
+}
+
+static const cpu_mm_isa *isa_for(cpu_level level) {
+    switch (level) {
+    case CPU_LEVEL_AVX512:
+        return &cpu_mm_isa_avx512;
+    case CPU_LEVEL_AVX2:
+        return &cpu_mm_isa_avx2;
+    default:
+        return &cpu_mm_isa_ref;
+    }
+}
+
+static bool is_weight_dtype(hr_dtype t) {
+    switch (t) {
+    case HR_DTYPE_F32:
+    case HR_DTYPE_F16:
+    case HR_DTYPE_BF16:
+    case HR_DTYPE_Q8_0:
+    case HR_DTYPE_Q4_0:
+    case HR_DTYPE_Q4_1:
+    case HR_DTYPE_Q5_0:
+    case HR_DTYPE_Q5_1:
+    case HR_DTYPE_Q2_K:
+    case HR_DTYPE_Q3_K:
+    case HR_DTYPE_Q4_K:
+    case HR_DTYPE_Q5_K:
+    case HR_DTYPE_Q6_K:
+        return true;
+    default:
+        return false;
+    }
+}
+
+size_t cpu_mm_row_bytes(hr_dtype t, int64_t K) {
+    const hr_dtype_info *d = &hr_dtype_table[t];
+    return (size_t)(K / d->block_elems) * (size_t)d->block_bytes;
+}
+
+void cpu_mm_to_f32(const cpu_mm_isa *isa, hr_dtype t, const void *row, int64_t k0, int64_t n,
+                   float *dst) {
+    if (isa->to_f32[t] != NULL) {
+        isa->to_f32[t](row, k0, n, dst);
+        return;
+    }
+    const hr_dtype_info *d = &hr_dtype_table[t];
+    const char *p = (const char *)row + (size_t)(k0 / d->block_elems) * (size_t)d->block_bytes;
+    quant_dequantize_row(t, p, dst, n);
+}
+
+int64_t cpu_xq_pos(cpu_xq_layout layout, int64_t k) {
+    switch (layout) {
+    case CPU_XQ_QUAD: {
+        int64_t r = k % 128, b = r / 32, e = r % 32;
+        return k - r + (e / 16) * 64 + b * 16 + e % 16;
+    }
+    case CPU_XQ_K4: {
+        static const int slot[4] = {0, 2, 1, 3}; /* segment s of 32 lands in slot[s] */
+        int64_t r = k % 128;
+        return k - r + slot[r / 32] * 32 + r % 32;
+    }
+    case CPU_XQ_T32: {
+        int64_t r = k % 512, j = r / 32, e = r % 32;
+        return k - r + (e / 4) * 64 + j * 4 + e % 4;
+    }
+    case CPU_XQ_T16: {
+        int64_t r = k % 256, j = r / 16, e = r % 16;
+        return k - r + (e / 4) * 64 + j * 4 + e % 4;
+    }
+    default:
+        return k;
+    }
+}
+
+int cpu_xq_lane(cpu_xq_layout layout, int l) {
+    const int L = l / 4, v = l % 4;
+    switch (layout) {
+    case CPU_XQ_NATURAL:
+    case CPU_XQ_QUAD:
+        return 4 * v + L;
+    case CPU_XQ_K4: {
+        /* register v of a super-block holds half blocks {0,1,4,5} + 2v (v < 2)
+         * and {8,9,12,13} + 2(v - 2) in its four 128-bit lanes */
+        static const int base[4] = {0, 1, 4, 5};
+        return (v < 2 ? 0 : 8) + 2 * (v % 2) + base[L];
+    }
+    default:
+        return l;
+    }
+}
+
+void cpu_mm_quantize_ref(const float *x, int64_t K, int64_t k0, int64_t k1,
+                         void *const out[CPU_XQ_LAYOUT_COUNT], float *xh) {
+    HR_ASSERT(k0 % CPU_XQ_PAD == 0 && k1 % CPU_XQ_PAD == 0 && k1 <= cpu_xq_kp(K));
+    for (int l = 0; l < CPU_XQ_LAYOUT_COUNT; l++) {
+        if (out[l] == NULL)
+            continue;
+        const cpu_xq_layout layout = (cpu_xq_layout)l;
+        int8_t *codes = out[l];
+        float *d = (float *)(void *)cpu_xq_d(out[l], K);
+        int32_t *s32 = (int32_t *)(void *)cpu_xq_s32(out[l], K);
+        float *d16 = (float *)(void *)cpu_xq_d16(out[l], K);
+        int32_t *s16 = (int32_t *)(void *)cpu_xq_s16(out[l], K);
+        const bool biased = layout == CPU_XQ_T32 || layout == CPU_XQ_T16;
+        /* where block ib's d/s32 and half block ih's d16/s16 go */
+        int pos32[16], pos16[16];
+        for (int i = 0; i < 16; i++) {
+            pos32[i] = pos16[i] = i;
+        }
+        for (int lane = 0; lane < 16; lane++) {
+            if (layout == CPU_XQ_QUAD)
+                pos32[cpu_xq_lane(layout, lane)] = lane;
+            if (layout == CPU_XQ_NATURAL || layout == CPU_XQ_K4)
+                pos16[cpu_xq_lane(layout, lane)] = lane;
+        }
+        for (int64_t ib = k0 / 32; ib < k1 / 32; ib++) {
+            int32_t q[32] = {0};
+            float amax = 0.0f;
+            if (ib * 32 < K) {
+                for (int i = 0; i < 32; i++) {
+                    float a = fabsf(x[ib * 32 + i]);
+                    amax = a > amax ? a : amax;
+                }
+                const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+                for (int i = 0; i < 32; i++)
+                    q[i] = (int32_t)rintf(x[ib * 32 + i] * id);
+            }
+            const float dv = amax / 127.0f;
+            int32_t sum_lo = 0, sum_hi = 0;
+            for (int i = 0; i < 32; i++) {
+                int64_t pos = cpu_xq_pos(layout, ib * 32 + i);
+                codes[pos] = biased ? (int8_t)(uint8_t)(q[i] + 128) : (int8_t)q[i];
+                if (i < 16)
+                    sum_lo += q[i];
+                else
+                    sum_hi += q[i];
+            }
+            const int64_t at32 = ib - ib % 16 + pos32[ib % 16];
+            d[at32] = dv;
+            s32[at32] = sum_lo + sum_hi;
+            for (int h = 0; h < 2; h++) {
+                const int64_t ih = 2 * ib + h;
+                const int64_t at16 = ih - ih % 16 + pos16[ih % 16];
+                d16[at16] = dv;
+                s16[at16] = h == 0 ? sum_lo : sum_hi;
+            }
+        }
+    }
+    if (xh != NULL) {
+        for (int64_t ib = k0 / 32; ib < k1 / 32 && ib < K / 32; ib++) {
+            float amax = 0.0f;
+            for (int i = 0; i < 32; i++) {
+                float a = fabsf(x[ib * 32 + i]);
+                amax = a > amax ? a : amax;
+            }
+            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            const float dv = amax / 127.0f;
+            for (int i = 0; i < 32; i++) /* via the integer code: +0 where it is 0 */
+                xh[ib * 32 + i] = dv * (float)(int32_t)rintf(x[ib * 32 + i] * id);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- scratch */
+
+static size_t tscratch_max(int64_t max_K) {
+    size_t n = cpu_mm_isa_ref.tscratch_bytes(max_K);
+    size_t a = cpu_mm_isa_avx2.tscratch_bytes(max_K);
+    size_t b = cpu_mm_isa_avx512.tscratch_bytes(max_K);
+    n = a > n ? a : n;
+    n = b > n ? b : n;
+    /* the generic decode path converts MM_GENERIC_ROWS rows to f32 */
+    size_t g = (size_t)MM_GENERIC_ROWS * (size_t)max_K * sizeof(float);
+    return align_up(g + align_up(n));
+}
+
+static size_t xpack_bytes(int64_t B, int64_t K) {
+    return align_up((size_t)(B + 15) * (size_t)cpu_mm_kpad(K) * sizeof(float));
+}
+
+size_t cpu_matmul_scratch_bytes(int64_t max_rows_B, int64_t max_K, int n_threads) {
+    HR_ASSERT(max_rows_B >= 0 && max_K > 0 && n_threads >= 1);
+    size_t xh = align_up((size_t)max_rows_B * (size_t)max_K * sizeof(float));
+    size_t xq = MM_XQ_SLOTS * align_up((size_t)max_rows_B * cpu_xq_row_bytes(max_K));
+    return xh + xq + 2 * xpack_bytes(max_rows_B, max_K) + (size_t)n_threads * tscratch_max(max_K);
+}
+
+/* ---------------------------------------------------------------- the job */
+
+typedef struct {
+    const cpu_mm_isa *isa;
+    cpu_pool *pool;
+    cpu_matmul_mode mode;
+    float *y;
+    int64_t ldy;
+    const float *x;
+    int64_t ldx, B, K;
+    const cpu_mat *parts;
+    int n_parts;
+    bool part_gemm[MM_MAX_PARTS]; /* part p runs a prefill (gemm) kernel */
+    cpu_mm_args args_x;  /* the activations as given */
+    cpu_mm_args args_xh; /* FAST generic paths: x replaced by x^ */
+    /* FAST preparation and prefill packing */
+    bool need_quant;
+    float *xpack_x, *xpack_xh; /* NULL when not needed */
+    void *xq[CPU_XQ_LAYOUT_COUNT]; /* layout base (row b at + b*xq_row_bytes) */
+    float *xh;
+    size_t xq_row_bytes;
+    /* work split */
+    int64_t part_col[MM_MAX_PARTS];    /* first output column of each part */
+    int64_t part_chunk[MM_MAX_PARTS + 1]; /* first chunk index of each part */
+    int64_t part_rows[MM_MAX_PARTS];   /* rows per chunk of each part */
+    atomic_llong next_chunk;
+    char *tscratch; /* thread i's at tscratch + i * tscratch_bytes */
+    size_t tscratch_bytes;
+} mm_job;
+
+/* EXACT decode for a dtype without a fused kernel: MM_GENERIC_ROWS rows at a
+ * time converted to f32 in scratch, then the level's F32 kernel. */
+static void gemv_generic(const mm_job *j, const cpu_mm_args *a, const cpu_mat *m, int64_t r0,
+                         int64_t r1, float *y, void *ts) {
+    const size_t row_bytes = cpu_mm_row_bytes(m->dtype, a->K);
+    float *w = ts;
+    void *ts_rest = (char *)ts + align_up((size_t)MM_GENERIC_ROWS * (size_t)a->K * sizeof(float));
+    for (int64_t r = r0; r < r1; r += MM_GENERIC_ROWS) {
+        int64_t n = r1 - r < MM_GENERIC_ROWS ? r1 - r : MM_GENERIC_ROWS;
+        for (int64_t i = 0; i < n; i++)
+            cpu_mm_to_f32(j->isa, m->dtype, (const char *)m->data + (size_t)(r + i) * row_bytes,
+                          0, a->K, w + i * a->K);
+        cpu_mat wm = {.dtype = HR_DTYPE_F32, .data = w, .n_rows = n, .bias = NULL};
+        j->isa->gemv_exact[HR_DTYPE_F32](a, &wm, 0, n, y + (r - r0), j->ldy, ts_rest);
+    }
+}
+
+static void run_chunk(const mm_job *j, int p, int64_t r0, int64_t r1, void *ts) {
+    const cpu_mat *m = &j->parts[p];
+    const hr_dtype t = m->dtype;
+    const cpu_mm_isa *isa = j->isa;
+    float *y = j->y + j->part_col[p] + r0;
+    const bool fast = j->mode == CPU_MATMUL_FAST && hr_dtype_table[t].is_quant;
+
+    if (j->part_gemm[p]) {
+        if (fast && isa->gemm_fast[t] != NULL)
+            isa->gemm_fast[t](&j->args_x, m, r0, r1, y, j->ldy, ts);
+        else
+            isa->gemm_exact(fast ? &j->args_xh : &j->args_x, m, r0, r1, y, j->ldy, ts);
+    } else if (fast && isa->gemv_fast[t] != NULL) {
+        isa->gemv_fast[t](&j->args_x, m, r0, r1, y, j->ldy, ts);
+    } else {
+        const cpu_mm_args *a = fast ? &j->args_xh : &j->args_x;
+        if (isa->gemv_exact[t] != NULL)
+            isa->gemv_exact[t](a, m, r0, r1, y, j->ldy, ts);
+        else
+            gemv_generic(j, a, m, r0, r1, y, ts);
+    }
+
+    if (m->bias != NULL) {
+        for (int64_t b = 0; b < j->B; b++) {
+            float *yb = y + b * j->ldy;
+            for (int64_t r = r0; r < r1; r++)
+                yb[r - r0] += m->bias[r];
+        }
+    }
+}
+
+static void quantize_rows(mm_job *j, int ith, int nth) {
+    /* Work items are (row, 512-code group); each thread takes a contiguous
+     * share, so one decode row is still split between all threads. */
+    const int64_t ng = cpu_xq_kp(j->K) / CPU_XQ_PAD, n_items = j->B * ng;
+    const int64_t s = n_items * ith / nth, e = n_items * (ith + 1) / nth;
+    for (int64_t b = s / ng; b * ng < e; b++) {
+        const int64_t g0 = s > b * ng ? s - b * ng : 0, g1 = e - b * ng < ng ? e - b * ng : ng;
+        void *out[CPU_XQ_LAYOUT_COUNT] = {0};
+        for (int l = 0; l < CPU_XQ_LAYOUT_COUNT; l++)
+            if (j->xq[l] != NULL)
+                out[l] = (char *)j->xq[l] + (size_t)b * j->xq_row_bytes;
+        j->isa->quantize(j->x + b * j->ldx, j->K, g0 * CPU_XQ_PAD, g1 * CPU_XQ_PAD, out,
+                         j->xh ? j->xh + b * j->K : NULL);
+    }
+}
+
+static void pack_rows(mm_job *j, int ith, int nth) {
+    const int64_t mr = j->isa->gemm_mr, n_panels = (j->B + mr - 1) / mr;
+    const size_t panel = (size_t)mr * (size_t)cpu_mm_kpad(j->K);
+    for (int64_t p = ith; p < n_panels; p += nth) {
+        const int rows = (int)(j->B - p * mr < mr ? j->B - p * mr : mr);
+        if (j->xpack_x != NULL)
+            j->isa->gemm_pack_x(j->x + p * mr * j->ldx, j->ldx, rows, j->K, j->xpack_x + p * panel);
+        if (j->xpack_xh != NULL)
+            j->isa->gemm_pack_x(j->xh + p * mr * j->K, j->K, rows, j->K, j->xpack_xh + p * panel);
+    }
+}
+
+static void mm_task(void *ctx, int ith, int nth) {
+    mm_job *j = ctx;
+    if (j->need_quant) {
+        quantize_rows(j, ith, nth);
+        if (j->pool != NULL)
+            cpu_pool_barrier(j->pool);
+    }
+    if (j->xpack_x != NULL || j->xpack_xh != NULL) {
+        pack_rows(j, ith, nth);
+        if (j->pool != NULL)
+            cpu_pool_barrier(j->pool);
+    }
+    void *ts = j->tscratch + (size_t)ith * j->tscratch_bytes;
+    const int64_t n_chunks = j->part_chunk[j->n_parts];
+    int p = 0;
+    for (;;) {
+        int64_t c = atomic_fetch_add_explicit(&j->next_chunk, 1, memory_order_relaxed);
+        if (c >= n_chunks)
+            break;
+        while (c >= j->part_chunk[p + 1])
+            p++;
+        while (c < j->part_chunk[p])
+            p--;
+        int64_t r0 = (c - j->part_chunk[p]) * j->part_rows[p];
+        int64_t r1 = r0 + j->part_rows[p];
+        if (r1 > j->parts[p].n_rows)
+            r1 = j->parts[p].n_rows;
+        run_chunk(j, p, r0, r1, ts);
+    }
+}
+
+void cpu_matmul(cpu_pool *pool, void *scratch, cpu_matmul_mode mode, float *y, int64_t ldy,
+                const float *x, int64_t ldx, int64_t B, int64_t K, const cpu_mat *parts,
+                int n_parts) {
+    HR_ASSERT(B >= 0 && K > 0 && ldx >= K && n_parts >= 1 && n_parts <= MM_MAX_PARTS);
+    HR_ASSERT(((uintptr_t)scratch & (MM_ALIGN - 1)) == 0);
+    const int nth = pool != NULL ? cpu_pool_size(pool) : 1;
+    const cpu_mm_isa *isa = isa_for(cpu_level_active());
+
+    mm_job j = {.isa = isa,
+                .pool = pool,
+                .mode = mode,
+                .y = y,
+                .ldy = ldy,
+                .x = x,
+                .ldx = ldx,
+                .B = B,
+                .K = K,
+                .parts = parts,
+                .n_parts = n_parts};
+
+    int64_t N = 0;
+    for (int p = 0; p < n_parts; p++) {
+        const cpu_mat *m = &parts[p];
+        HR_ASSERT(is_weight_dtype(m->dtype) && m->n_rows >= 0);
+        HR_ASSERT(K % hr_dtype_table[m->dtype].block_elems == 0);
+        HR_ASSERT(m->n_rows == 0 || m->data != NULL);
+        j.part_col[p] = N;
+        N += m->n_rows;
+        const bool fast = mode == CPU_MATMUL_FAST && hr_dtype_table[m->dtype].is_quant &&
+                          isa->gemm_fast[m->dtype] != NULL;
+        j.part_gemm[p] = isa->gemm_exact != NULL &&
+                         B >= (fast ? isa->gemm_min_B_fast : isa->gemm_min_B_exact);
+    }
+    HR_ASSERT(ldy >= N);
+    if (B == 0 || N == 0)
+        return;
+
+    /* Which activation forms the parts need. */
+    bool need_layout[CPU_XQ_LAYOUT_COUNT] = {0};
+    bool need_xh = false, need_pack_x = false, need_pack_xh = false;
+    for (int p = 0; p < n_parts; p++) {
+        hr_dtype t = parts[p].dtype;
+        if (parts[p].n_rows == 0)
+            continue;
+        const bool gemm = j.part_gemm[p];
+        if (mode != CPU_MATMUL_FAST || !hr_dtype_table[t].is_quant) {
+            need_pack_x = need_pack_x || gemm;
+        } else if (gemm && isa->gemm_fast[t] != NULL) {
+            need_layout[isa->gemm_fast_layout[t]] = true;
+        } else if (!gemm && isa->gemv_fast[t] != NULL) {
+            need_layout[isa->gemv_fast_layout[t]] = true;
+        } else {
+            need_xh = true;
+            need_pack_xh = need_pack_xh || gemm;
+        }
+    }
+
+    /* Carve the scratch: x^, xq layout slots, per-thread areas. */
+    char *s = scratch;
+    j.xq_row_bytes = cpu_xq_row_bytes(K);
+    if (need_xh)
+        j.xh = (float *)(void *)s;
+    s += align_up((size_t)B * (size_t)K * sizeof(float));
+    int slot = 0;
+    for (int l = 0; l < CPU_XQ_LAYOUT_COUNT; l++) {
+        if (!need_layout[l])
+            continue;
+        HR_ASSERT(slot < MM_XQ_SLOTS);
+        j.xq[l] = s;
+        s += align_up((size_t)B * j.xq_row_bytes);
+        slot++;
+        j.need_quant = true;
+    }
+    j.need_quant = j.need_quant || need_xh;
+    s += (size_t)(MM_XQ_SLOTS - slot) * align_up((size_t)B * j.xq_row_bytes);
+    if (need_pack_x)
+        j.xpack_x = (float *)(void *)s;
+    s += xpack_bytes(B, K);
+    if (need_pack_xh)
+        j.xpack_xh = (float *)(void *)s;
+    s += xpack_bytes(B, K);
+    j.tscratch = s;
+    j.tscratch_bytes = tscratch_max(K);
+
+    j.args_x = (cpu_mm_args){.B = B, .K = K, .x = x, .ldx = ldx, .mode = mode,
+                             .xq_row_bytes = j.xq_row_bytes};
+    for (int l = 0; l < CPU_XQ_LAYOUT_COUNT; l++)
+        j.args_x.xq[l] = j.xq[l];
+    j.args_x.xpack = j.xpack_x;
+    j.args_xh = j.args_x;
+    if (need_xh) {
+        j.args_xh.x = j.xh;
+        j.args_xh.ldx = K;
+        j.args_xh.xpack = j.xpack_xh;
+    }
+
+    /* Chunks per part. */
+    int64_t n_chunks = 0;
+    for (int p = 0; p < n_parts; p++) {
+        int64_t n = parts[p].n_rows, rows;
+        if (j.part_gemm[p]) {
+            int64_t al = isa->gemm_row_align;
+            rows = (n + 2 * nth - 1) / (2 * nth);
+            rows = (rows + al - 1) / al * al;
+            if (rows > isa->gemm_max_rows)
+                rows = isa->gemm_max_rows;
+        } else {
+            rows = (n + MM_GEMV_CHUNKS_PER_THREAD * nth - 1) / (MM_GEMV_CHUNKS_PER_THREAD * nth);
+            rows = (rows + 3) / 4 * 4;
+            if (rows < MM_GEMV_MIN_CHUNK)
+                rows = MM_GEMV_MIN_CHUNK;
+        }
+        j.part_rows[p] = rows;
+        j.part_chunk[p] = n_chunks;
+        n_chunks += (n + rows - 1) / rows;
+    }
+    j.part_chunk[n_parts] = n_chunks;
+    atomic_init(&j.next_chunk, 0);
+
+    if (pool != NULL && nth > 1)
+        cpu_pool_run(pool, mm_task, &j);
+    else
+        mm_task(&j, 0, 1);
+}

@@ -1,0 +1,248 @@
+/*
+ * cmd_bench.c — `headroom bench`: time to first token, prefill and decode
+ * speed, and peak memory, for a model file or a synthetic shape.
+ *
+ * Method: one warm-up request first (page faults, thread start-up, caches),
+ * then `--batch` requests of `--prompt` random tokens each, generating
+ * `--gen` tokens (end-of-sequence ignored). TTFT is from submission to the
+ * first new token of the first request; prefill rate is prompt tokens over
+ * the time until every request has its first token; decode rate is the
+ * tokens generated after that over the time they took. --json prints the
+ * same as one JSON object on the last line (the bench/results/ format).
+ */
+#include "cli/cli.h"
+#include "util/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+static void help(FILE *f) {
+    fprintf(f, "usage: headroom bench [-m PATH | --synthetic SHAPE] [options]\n\n"
+               "  --prompt N     prompt tokens per request (default 128)\n"
+               "  --gen N        new tokens per request (default 128)\n"
+               "  --batch N      requests decoded together (default 1)\n"
+               "  --json         also print one JSON object as the last line\n");
+    cli_engine_help(f);
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void first_line(const char *cmd, char *out, size_t cap) {
+    out[0] = '\0';
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return;
+    if (fgets(out, (int)cap, p))
+        out[strcspn(out, "\n")] = '\0';
+    pclose(p);
+}
+
+static void cpu_name(char *out, size_t cap) {
+    snprintf(out, cap, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0) {
+            char *c = strchr(line, ':');
+            if (c) {
+                c++;
+                while (*c == ' ')
+                    c++;
+                c[strcspn(c, "\n")] = '\0';
+                snprintf(out, cap, "%s", c);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+/* The weight type holding most bytes: what people call the model's type. */
+static hr_dtype main_weight_type(const hr_model *m) {
+    hr_model_info in;
+    hr_model_get_info(m, &in);
+    uint64_t by[HR_DTYPE_COUNT] = {0};
+    for (int32_t i = 0; i < in.n_tensors; i++) {
+        hr_tensor_desc t;
+        hr_model_tensor(m, i, &t);
+        by[t.dtype] += t.n_bytes;
+    }
+    int best = 0;
+    for (int t = 1; t < HR_DTYPE_COUNT; t++)
+        if (by[t] > by[best])
+            best = t;
+    return (hr_dtype)best;
+}
+
+typedef struct {
+    double ttft_ms, prefill_ms, decode_ms;
+    int64_t n_prompt, n_decode;
+} bench_result;
+
+static hr_status run_batch(hr_engine *e, int32_t n_vocab, int32_t batch, int32_t prompt,
+                           int32_t gen, uint64_t seed, bench_result *res, hr_error *err) {
+    int32_t *ids = malloc((size_t)prompt * sizeof *ids);
+    hr_event *ev = malloc((size_t)(batch + 4) * sizeof *ev);
+    bool *started = calloc((size_t)batch + 1, sizeof *started);
+    int32_t *first_id = malloc(sizeof *first_id);
+    hr_status s = HR_OK;
+    if (!ids || !ev || !started || !first_id) {
+        s = hr_err_set(err, HR_ERR_NOMEM, "bench: out of memory");
+        goto done;
+    }
+    hr_sampling_params sp = hr_sampling_params_default();
+    sp.max_tokens = gen;
+    sp.ignore_eos = true;
+    double t0 = now_ms();
+    int32_t base = -1;
+    for (int32_t b = 0; b < batch; b++) {
+        for (int32_t i = 0; i < prompt; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            ids[i] = (int32_t)((seed >> 33) % (uint64_t)n_vocab);
+        }
+        int32_t id;
+        if ((s = hr_engine_add(e, ids, prompt, &sp, &id, err)) != HR_OK)
+            goto done;
+        if (b == 0)
+            base = id;
+    }
+    int32_t n_started = 0;
+    double t_all_started = 0.0;
+    memset(res, 0, sizeof *res);
+    while (hr_engine_n_active(e) > 0) {
+        int32_t n_ev;
+        if ((s = hr_engine_step(e, ev, batch + 4, &n_ev, err)) != HR_OK)
+            goto done;
+        double t = now_ms();
+        for (int32_t i = 0; i < n_ev; i++) {
+            int32_t k = ev[i].id - base;
+            if (ev[i].token < 0 || k < 0 || k >= batch)
+                continue;
+            if (!started[k]) {
+                started[k] = true;
+                if (n_started++ == 0)
+                    res->ttft_ms = t - t0;
+                if (n_started == batch)
+                    t_all_started = t;
+            } else {
+                res->n_decode++;
+            }
+        }
+    }
+    res->prefill_ms = t_all_started - t0;
+    res->decode_ms = now_ms() - t_all_started;
+    res->n_prompt = (int64_t)prompt * batch;
+done:
+    free(ids);
+    free(ev);
+    free(started);
+    free(first_id);
+    return s;
+}
+
+int cmd_bench(int argc, char **argv) {
+    cli_engine_opts o;
+    cli_engine_opts_init(&o);
+    int64_t prompt = 128, gen = 128, batch = 1;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        int r = cli_engine_option(argc, argv, &i, &o);
+        if (r < 0)
+            return 1;
+        if (r > 0)
+            continue;
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            help(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--prompt") == 0 || strcmp(argv[i], "-p") == 0) {
+            if (!cli_int(argc, argv, &i, 1, 1 << 20, &prompt))
+                return 1;
+        } else if (strcmp(argv[i], "--gen") == 0 || strcmp(argv[i], "-n") == 0) {
+            if (!cli_int(argc, argv, &i, 2, 1 << 20, &gen))
+                return 1;
+        } else if (strcmp(argv[i], "--batch") == 0) {
+            if (!cli_int(argc, argv, &i, 1, 4096, &batch))
+                return 1;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = true;
+        } else {
+            cli_error("bench: unknown option '%s'", argv[i]);
+            help(stderr);
+            return 1;
+        }
+    }
+    hr_error err;
+    hr_model *m = NULL;
+    hr_engine *e = NULL;
+    int rc = 1;
+    if (cli_load_model(&o, &m, &err) != HR_OK) {
+        cli_error("%s", err.msg);
+        return 1;
+    }
+    hr_model_info in;
+    hr_model_get_info(m, &in);
+    if (o.ep.n_ctx <= 0)
+        o.ep.n_ctx = (int32_t)(prompt + gen);
+    if (o.ep.n_ctx < prompt + gen) {
+        cli_error("bench: --ctx %d is smaller than --prompt + --gen", o.ep.n_ctx);
+        goto done;
+    }
+    o.ep.n_seq_max = (int32_t)batch;
+    o.ep.n_batch = prompt > 512 ? (int32_t)prompt : 512;
+    if (hr_engine_create(m, &o.ep, &e, &err) != HR_OK) {
+        cli_error("%s", err.msg);
+        goto done;
+    }
+    bench_result warm, res;
+    int32_t warm_prompt = prompt < 16 ? (int32_t)prompt : 16;
+    if (run_batch(e, in.n_vocab, 1, warm_prompt, 4, 7, &warm, &err) != HR_OK ||
+        run_batch(e, in.n_vocab, (int32_t)batch, (int32_t)prompt, (int32_t)gen, 42, &res,
+                  &err) != HR_OK) {
+        cli_error("bench: %s", err.msg);
+        goto done;
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    uint64_t peak = (uint64_t)ru.ru_maxrss * 1024u;
+    double prefill_tok_s = res.prefill_ms > 0 ? (double)res.n_prompt * 1e3 / res.prefill_ms : 0;
+    double decode_tok_s = res.decode_ms > 0 ? (double)res.n_decode * 1e3 / res.decode_ms : 0;
+    char machine[256], commit[64], date[64], b1[32];
+    cpu_name(machine, sizeof machine);
+    first_line("git -C " HR_SOURCE_DIR " rev-parse --short HEAD 2>/dev/null", commit,
+               sizeof commit);
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    const char *shape = o.synthetic ? o.synthetic : o.model;
+    hr_dtype wt = main_weight_type(m);
+    printf("model      %s (%s, %s weights)\n", shape, in.name, hr_dtype_name(wt));
+    printf("device     %s, %s\n", hr_engine_device_name(e), machine);
+    printf("batch %lld, prompt %lld, gen %lld\n", (long long)batch, (long long)prompt,
+           (long long)gen);
+    printf("ttft       %.2f ms\n", res.ttft_ms);
+    printf("prefill    %.1f tok/s\n", prefill_tok_s);
+    printf("decode     %.2f tok/s\n", decode_tok_s);
+    printf("peak RSS   %s\n", cli_bytes(peak, b1, sizeof b1));
+    if (json)
+        printf("{\"commit\": \"%s\", \"date\": \"%s\", \"machine\": \"%s\", \"device\": \"%s\", "
+               "\"shape\": \"%s\", \"weights\": \"%s\", \"batch\": %lld, \"prompt\": %lld, "
+               "\"gen\": %lld, \"threads\": %d, \"ttft_ms\": %.3f, \"prefill_tok_s\": %.2f, "
+               "\"decode_tok_s\": %.3f, \"peak_bytes\": %llu}\n",
+               commit[0] ? commit : "unknown", date, machine, hr_engine_device_name(e), shape,
+               hr_dtype_name(wt), (long long)batch, (long long)prompt, (long long)gen,
+               o.ep.n_threads, res.ttft_ms, prefill_tok_s, decode_tok_s,
+               (unsigned long long)peak);
+    rc = 0;
+done:
+    hr_engine_free(e);
+    hr_model_free(m);
+    return rc;
+}

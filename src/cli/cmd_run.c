@@ -1,0 +1,156 @@
+/*
+ * cmd_run.c — `headroom run -p PROMPT`: generate text, streamed to stdout as
+ * it is produced (UTF-8 safe), timing to stderr at the end.
+ */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define RUN_MAX_STOP 16
+
+static void help(FILE *f) {
+    fprintf(f, "usage: headroom run [-m PATH] -p PROMPT [options]\n\n"
+               "Generates a continuation of PROMPT and streams it to stdout.\n"
+               "  -p, --prompt TEXT     the prompt (BOS added as the tokenizer says)\n"
+               "  -n N                  new tokens at most (default 256; -1: until the\n"
+               "                        context is full)\n"
+               "  --temp T              temperature (default 0.8; 0 = greedy)\n"
+               "  --top-k K             keep the K most likely tokens (default 40; 0 = off)\n"
+               "  --top-p P             nucleus sampling (default 0.95; 1 = off)\n"
+               "  --min-p P             drop tokens below P x the top probability\n"
+               "                        (default 0.05; 0 = off)\n"
+               "  --repeat-penalty R    penalise recent tokens (default 1 = off)\n"
+               "  --repeat-last-n N     how many recent tokens (default 64)\n"
+               "  --seed S              random seed (default: from the clock)\n"
+               "  --stop TEXT           stop when TEXT appears (repeatable)\n"
+               "  --ignore-eos          keep going past end-of-sequence tokens\n");
+    cli_engine_help(f);
+}
+
+static bool print_text(const char *text, size_t len, int32_t token, void *user) {
+    (void)token;
+    (void)user;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return true;
+}
+
+int cmd_run(int argc, char **argv) {
+    cli_engine_opts o;
+    cli_engine_opts_init(&o);
+    hr_sampling_params sp = hr_sampling_params_default();
+    sp.temperature = 0.8f;
+    sp.top_k = 40;
+    sp.top_p = 0.95f;
+    sp.min_p = 0.05f;
+    sp.max_tokens = 256;
+    sp.seed = (uint64_t)time(NULL);
+    const char *prompt = NULL;
+    const char *stops[RUN_MAX_STOP];
+    int32_t n_stop = 0;
+    for (int i = 1; i < argc; i++) {
+        int64_t n;
+        double x;
+        int r = cli_engine_option(argc, argv, &i, &o);
+        if (r < 0)
+            return 1;
+        if (r > 0)
+            continue;
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            help(stdout);
+            return 0;
+        } else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0) {
+            if (!cli_value(argc, argv, &i, &prompt))
+                return 1;
+        } else if (strcmp(a, "-n") == 0 || strcmp(a, "--n-predict") == 0) {
+            if (!cli_int(argc, argv, &i, -1, 1 << 24, &n))
+                return 1;
+            sp.max_tokens = (int32_t)n;
+        } else if (strcmp(a, "--temp") == 0) {
+            if (!cli_float(argc, argv, &i, 0.0, 100.0, &x))
+                return 1;
+            sp.temperature = (float)x;
+        } else if (strcmp(a, "--top-k") == 0) {
+            if (!cli_int(argc, argv, &i, 0, 1 << 24, &n))
+                return 1;
+            sp.top_k = (int32_t)n;
+        } else if (strcmp(a, "--top-p") == 0) {
+            if (!cli_float(argc, argv, &i, 1e-6, 1.0, &x))
+                return 1;
+            sp.top_p = (float)x;
+        } else if (strcmp(a, "--min-p") == 0) {
+            if (!cli_float(argc, argv, &i, 0.0, 1.0, &x))
+                return 1;
+            sp.min_p = (float)x;
+        } else if (strcmp(a, "--repeat-penalty") == 0) {
+            if (!cli_float(argc, argv, &i, 1e-3, 100.0, &x))
+                return 1;
+            sp.repeat_penalty = (float)x;
+        } else if (strcmp(a, "--repeat-last-n") == 0) {
+            if (!cli_int(argc, argv, &i, 0, 1 << 20, &n))
+                return 1;
+            sp.repeat_last_n = (int32_t)n;
+        } else if (strcmp(a, "--seed") == 0) {
+            if (!cli_int(argc, argv, &i, 0, INT64_MAX, &n))
+                return 1;
+            sp.seed = (uint64_t)n;
+        } else if (strcmp(a, "--stop") == 0) {
+            if (n_stop == RUN_MAX_STOP) {
+                cli_error("run: at most %d --stop strings", RUN_MAX_STOP);
+                return 1;
+            }
+            if (!cli_value(argc, argv, &i, &stops[n_stop]))
+                return 1;
+            n_stop++;
+        } else if (strcmp(a, "--ignore-eos") == 0) {
+            sp.ignore_eos = true;
+        } else {
+            cli_error("run: unknown option '%s'", a);
+            help(stderr);
+            return 1;
+        }
+    }
+    if (!prompt) {
+        cli_error("run: a prompt is needed (-p TEXT)");
+        help(stderr);
+        return 1;
+    }
+    if (o.synthetic) {
+        cli_error("run: a synthetic model has no tokenizer; use bench");
+        return 1;
+    }
+    sp.stop = stops;
+    sp.n_stop = n_stop;
+
+    hr_error err;
+    hr_model *m = NULL;
+    hr_engine *e = NULL;
+    int rc = 1;
+    if (cli_load_model(&o, &m, &err) != HR_OK ||
+        hr_engine_create(m, &o.ep, &e, &err) != HR_OK) {
+        cli_error("%s", err.msg);
+        goto done;
+    }
+    hr_generation_stats st;
+    if (hr_generate(e, prompt, strlen(prompt), &sp, print_text, NULL, &st, &err) != HR_OK) {
+        printf("\n");
+        cli_error("run: %s", err.msg);
+        goto done;
+    }
+    printf("\n");
+    fprintf(stderr,
+            "\nprompt: %d tokens in %.1f ms (%.1f tok/s)  time to first token %.1f ms\n"
+            "generation: %d tokens in %.1f ms (%.1f tok/s)  [%s, %s]\n",
+            st.n_prompt, st.prompt_ms,
+            st.prompt_ms > 0 ? st.n_prompt * 1000.0 / st.prompt_ms : 0.0, st.first_token_ms,
+            st.n_gen, st.gen_ms, st.gen_ms > 0 ? (st.n_gen - 1) * 1000.0 / st.gen_ms : 0.0,
+            hr_finish_reason_name(st.finish), hr_engine_device_name(e));
+    rc = 0;
+done:
+    hr_engine_free(e);
+    hr_model_free(m);
+    return rc;
+}

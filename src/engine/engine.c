@@ -1,0 +1,446 @@
+/*
+ * engine.c — requests in, tokens out: admission, the batched step, sampling,
+ * stop rules and streaming text.
+ *
+ * Every request is a list of tokens (prompt, then generated) of which the
+ * first n_cached are in the KV cache. A step feeds each running request the
+ * tokens it has not cached yet: one for a decoding request, a chunk of the
+ * prompt for a prefilling one, up to n_batch rows in all (decode rows first,
+ * so generation never stalls behind a long prompt). The row that completes a
+ * request's tokens asks for logits; the sampler turns them into the next
+ * token. That is continuous batching: requests join and leave at any step.
+ *
+ * Memory: everything a step touches is allocated in hr_engine_create (step
+ * arrays, logits, sampler scratch, event text) or in hr_engine_add (the
+ * request's token list, sized to the context). A step allocates nothing.
+ *
+ * KV admission: a request is admitted when a sequence slot is free and the
+ * pool has blocks for its prompt plus max_tokens (capped at the context);
+ * those blocks are reserved then, so generation can never run out of KV
+ * memory halfway. A request that could never fit is refused by hr_engine_add.
+ */
+#include "engine/engine.h"
+
+#include "model/model.h"
+#include "util/alloc.h"
+#include "util/log.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+double engine_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+hr_engine_params hr_engine_params_default(void) {
+    return (hr_engine_params){.device = HR_DEVICE_AUTO,
+                              .n_threads = 0,
+                              .n_ctx = 0,
+                              .n_seq_max = 1,
+                              .n_batch = 512,
+                              .kv_block_size = 16,
+                              .kv_dtype = HR_DTYPE_F32};
+}
+
+hr_sampling_params hr_sampling_params_default(void) {
+    return (hr_sampling_params){.temperature = 0.0f,
+                                .top_k = 0,
+                                .top_p = 1.0f,
+                                .min_p = 0.0f,
+                                .repeat_penalty = 1.0f,
+                                .repeat_last_n = 64,
+                                .seed = 0,
+                                .max_tokens = 128};
+}
+
+const char *hr_finish_reason_name(hr_finish_reason r) {
+    switch (r) {
+    case HR_FINISH_NONE: return "none";
+    case HR_FINISH_EOS: return "eos";
+    case HR_FINISH_LENGTH: return "length";
+    case HR_FINISH_STOP: return "stop";
+    case HR_FINISH_CONTEXT: return "context";
+    case HR_FINISH_CANCELLED: return "cancelled";
+    case HR_FINISH_ERROR: return "error";
+    }
+    return "unknown";
+}
+
+/* ---------------------------------------------------------------- setup */
+
+void hr_engine_free(hr_engine *e) {
+    if (!e)
+        return;
+    for (int32_t i = 0; i < e->n_reqs; i++)
+        engine_request_free(e->reqs[i]);
+    hr_free(e->reqs);
+    llama_free(e->lm);
+    if (e->be)
+        e->be->ops->free(e->be);
+    kv_free(e->kv);
+    hr_free(e->tokens);
+    hr_free(e->pos);
+    hr_free(e->slot);
+    hr_free(e->segs);
+    hr_free(e->out_rows);
+    hr_free(e->out_req);
+    hr_free(e->logits);
+    hr_free(e->cand);
+    hr_free(e->text);
+    hr_free(e);
+}
+
+static hr_status pick_device(const hr_engine_params *p, hr_device *out, hr_error *err) {
+    hr_device d = p->device;
+    if (d == HR_DEVICE_AUTO)
+        d = engine_cuda_available() ? HR_DEVICE_CUDA : HR_DEVICE_CPU;
+    if (d == HR_DEVICE_CUDA && !engine_cuda_available())
+        return hr_err_set(err, HR_ERR_UNSUPPORTED,
+                          "device cuda is not available: %s (use --device cpu)",
+                          engine_cuda_why_not());
+    *out = d;
+    return HR_OK;
+}
+
+/* The longest text one token can decode to (plus what the streaming
+ * detokenizer may hold back), so event text buffers are sized once. */
+static int32_t longest_piece(const hr_tokenizer *tok) {
+    if (!tok) /* a synthetic model: ids only, no text */
+        return 32;
+    int32_t n_vocab = hr_tokenizer_n_vocab(tok), longest = 0;
+    char buf[8];
+    for (int32_t id = 0; id < n_vocab; id++) {
+        int32_t n = hr_token_to_piece(tok, id, true, buf, (int32_t)sizeof buf);
+        n = n < 0 ? -n : n;
+        longest = n > longest ? n : longest;
+    }
+    return 3 * (longest + 3); /* invalid bytes come out as 3-byte U+FFFD */
+}
+
+hr_status hr_engine_create(const hr_model *m, const hr_engine_params *params, hr_engine **out,
+                           hr_error *err) {
+    hr_engine_params p = params ? *params : hr_engine_params_default();
+    const hr_model_info *in = &m->info;
+    if (!m->layers)
+        return hr_err_set(err, HR_ERR_INVALID, "%s: loaded without weights (vocab only)",
+                          m->path);
+    if (p.n_ctx <= 0)
+        p.n_ctx = in->n_ctx_train;
+    if (p.n_ctx > in->n_ctx_train)
+        HR_LOG_W("context %d is longer than the model was trained for (%d)", p.n_ctx,
+                 in->n_ctx_train);
+    if (p.n_seq_max <= 0 || p.n_batch <= 0 || p.kv_block_size <= 0 || p.n_ctx > (1 << 24) ||
+        p.n_seq_max > 4096 || p.kv_block_size > 4096)
+        return hr_err_set(err, HR_ERR_INVALID,
+                          "engine: bad parameters (ctx %d, sequences %d, batch %d, block %d)",
+                          p.n_ctx, p.n_seq_max, p.n_batch, p.kv_block_size);
+    hr_device dev = HR_DEVICE_CPU;
+    HR_TRY(pick_device(&p, &dev, err));
+
+    hr_engine *e = hr_calloc(1, sizeof *e);
+    if (!e)
+        return hr_err_set(err, HR_ERR_NOMEM, "engine: out of memory");
+    e->model = m;
+    e->tok = m->tok;
+    e->p = p;
+    e->n_ctx = p.n_ctx;
+    e->device = dev;
+    hr_status s;
+    const int32_t max_blocks = (p.n_ctx + p.kv_block_size - 1) / p.kv_block_size;
+    const int32_t max_rows = p.n_batch;
+    const int32_t max_out = p.logits_all ? p.n_batch : p.n_seq_max;
+    be_config cfg = {.max_rows = max_rows,
+                     .max_out = max_out,
+                     .n_seq_max = p.n_seq_max,
+                     .max_blocks_per_seq = max_blocks,
+                     .n_block = max_blocks * p.n_seq_max,
+                     .block_size = p.kv_block_size,
+                     .kv_dtype = p.kv_dtype};
+    be_params bp = {.n_threads = p.n_threads, .exact_matmul = p.exact_matmul};
+    if (dev == HR_DEVICE_CUDA)
+        s = engine_cuda_backend_create(in, &bp, &e->be, err);
+    else
+        s = backend_cpu_create(in, &bp, &e->be, err);
+    if (s != HR_OK)
+        goto fail;
+    if ((s = llama_create(m, e->be, &cfg, &e->lm, err)) != HR_OK)
+        goto fail;
+    if ((s = kv_create(cfg.n_block, cfg.block_size, cfg.n_seq_max, max_blocks, &e->kv, err)) !=
+        HR_OK)
+        goto fail;
+
+    e->max_piece = longest_piece(e->tok);
+    e->text_cap = (size_t)p.n_seq_max * ((size_t)e->max_piece + ENGINE_MAX_STOP_BYTES + 64);
+    e->tokens = hr_calloc((size_t)max_rows, sizeof(int32_t));
+    e->pos = hr_calloc((size_t)max_rows, sizeof(int32_t));
+    e->slot = hr_calloc((size_t)max_rows, sizeof(int32_t));
+    e->segs = hr_calloc((size_t)max_rows, sizeof(step_segment));
+    e->out_rows = hr_calloc((size_t)max_out, sizeof(int32_t));
+    e->out_req = hr_calloc((size_t)max_out, sizeof(int32_t));
+    e->logits = hr_calloc((size_t)max_out * (size_t)in->n_vocab, sizeof(float));
+    e->cand = hr_calloc((size_t)in->n_vocab, sizeof(sampler_cand));
+    e->text = hr_malloc(e->text_cap);
+    e->cap_reqs = p.n_seq_max * 4 + 16;
+    e->reqs = hr_calloc((size_t)e->cap_reqs, sizeof *e->reqs);
+    if (!e->tokens || !e->pos || !e->slot || !e->segs || !e->out_rows || !e->out_req ||
+        !e->logits || !e->cand || !e->text || !e->reqs) {
+        s = hr_err_set(err, HR_ERR_NOMEM, "engine: out of memory for step buffers");
+        goto fail;
+    }
+    e->max_out = max_out;
+    *out = e;
+    return HR_OK;
+fail:
+    hr_engine_free(e);
+    return s;
+}
+
+int32_t hr_engine_n_ctx(const hr_engine *e) { return e->n_ctx; }
+
+const char *hr_engine_device_name(const hr_engine *e) {
+    return e->device == HR_DEVICE_CUDA ? "cuda" : "cpu";
+}
+
+int32_t hr_engine_n_active(const hr_engine *e) { return e->n_reqs; }
+
+/* ---------------------------------------------------------------- the step */
+
+/* Admits waiting requests in arrival order while a slot and their KV blocks
+ * are free. Stops at the first that does not fit, so none is overtaken. */
+static void admit(hr_engine *e) {
+    for (int32_t i = 0; i < e->n_reqs; i++) {
+        engine_request *r = e->reqs[i];
+        if (r->seq >= 0 || r->finish != HR_FINISH_NONE)
+            continue;
+        int32_t need = r->n_prompt + (r->max_new < 0 ? e->n_ctx : r->max_new);
+        need = need > e->n_ctx ? e->n_ctx : need;
+        if (kv_blocks_for(e->kv, need) > e->kv->n_free)
+            return;
+        int32_t seq = kv_seq_acquire(e->kv);
+        if (seq < 0)
+            return;
+        hr_status s = kv_seq_reserve(e->kv, seq, need, NULL);
+        HR_ASSERT(s == HR_OK); /* checked just above */
+        r->seq = seq;
+    }
+}
+
+/* Appends rows feeding request r's uncached tokens (at most budget). */
+static int32_t add_rows(hr_engine *e, engine_request *r, int32_t budget, bool all_logits) {
+    int32_t todo = r->n_tokens - r->n_cached;
+    int32_t n = todo < budget ? todo : budget;
+    if (n <= 0)
+        return 0;
+    int32_t row0 = e->step.n_rows;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t pos = r->n_cached + i;
+        e->tokens[row0 + i] = r->tokens[pos];
+        e->pos[row0 + i] = pos;
+        e->slot[row0 + i] = kv_slot(e->kv, r->seq, pos);
+    }
+    e->segs[e->step.n_seg++] = (step_segment){.seq = r->seq, .pos0 = r->n_cached, .n = n,
+                                              .row0 = row0};
+    e->step.n_rows += n;
+    if (all_logits) {
+        for (int32_t i = 0; i < n; i++) {
+            e->out_req[e->step.n_out] = -1;
+            e->out_rows[e->step.n_out++] = row0 + i;
+        }
+    } else if (n == todo) { /* the chunk reaches the last token: sample after it */
+        e->out_req[e->step.n_out] = r->id;
+        e->out_rows[e->step.n_out++] = row0 + n - 1;
+    }
+    r->n_step = n;
+    return n;
+}
+
+static void begin_build(hr_engine *e) {
+    e->step = (hr_step){.tokens = e->tokens,
+                        .pos = e->pos,
+                        .slot = e->slot,
+                        .segs = e->segs,
+                        .block_tables = e->kv->block_tables,
+                        .out_rows = e->out_rows};
+}
+
+/* Text for an event: the request's newly released bytes, copied into the
+ * step's text buffer. */
+static const char *push_text(hr_engine *e, const char *s, int32_t n) {
+    if (n <= 0)
+        return "";
+    HR_ASSERT(e->text_len + (size_t)n <= e->text_cap);
+    char *dst = e->text + e->text_len;
+    memcpy(dst, s, (size_t)n);
+    e->text_len += (size_t)n;
+    return dst;
+}
+
+static void finish(hr_engine *e, engine_request *r, hr_finish_reason why) {
+    if (r->finish != HR_FINISH_NONE)
+        return;
+    r->finish = why;
+    if (r->seq >= 0) {
+        kv_seq_release(e->kv, r->seq);
+        r->seq = -1;
+    }
+}
+
+/* Takes the sampled token into the request: stop rules, text, event. */
+static void accept_token(hr_engine *e, engine_request *r, int32_t token, hr_event *ev) {
+    ev->id = r->id;
+    ev->token = token;
+    ev->text = "";
+    ev->text_len = 0;
+    r->tokens[r->n_tokens++] = token;
+    r->n_gen++;
+    sampler_accept(&r->smp, token);
+    bool eog = !r->params.ignore_eos && engine_is_eos(e, token);
+    if (!eog) {
+        int32_t n = engine_request_text(r, token, false);
+        ev->text = push_text(e, r->out, n);
+        ev->text_len = n;
+    }
+    if (eog)
+        finish(e, r, HR_FINISH_EOS);
+    else if (r->stopped)
+        finish(e, r, HR_FINISH_STOP);
+    else if (r->max_new >= 0 && r->n_gen >= r->max_new)
+        finish(e, r, HR_FINISH_LENGTH);
+    else if (r->n_tokens >= e->n_ctx)
+        finish(e, r, HR_FINISH_CONTEXT);
+    if (r->finish != HR_FINISH_NONE && r->finish != HR_FINISH_STOP) {
+        /* release what the stop-string check and the UTF-8 stream held back */
+        int32_t n = engine_request_text(r, -1, true);
+        if (n > 0) {
+            const char *t = push_text(e, r->out, n);
+            if (ev->text_len == 0)
+                ev->text = t;
+            ev->text_len += n; /* contiguous: pushed right after */
+        }
+    }
+    ev->finish = r->finish;
+    r->reported = r->finish != HR_FINISH_NONE;
+}
+
+static void drop_reported(hr_engine *e) {
+    int32_t j = 0;
+    for (int32_t i = 0; i < e->n_reqs; i++) {
+        if (e->reqs[i]->reported)
+            engine_request_free(e->reqs[i]);
+        else
+            e->reqs[j++] = e->reqs[i];
+    }
+    e->n_reqs = j;
+}
+
+hr_status hr_engine_step(hr_engine *e, hr_event *events, int32_t cap, int32_t *n_events,
+                         hr_error *err) {
+    *n_events = 0;
+    e->text_len = 0;
+    /* cancelled and already-finished requests report first */
+    for (int32_t i = 0; i < e->n_reqs && *n_events < cap; i++) {
+        engine_request *r = e->reqs[i];
+        if (r->cancel)
+            finish(e, r, HR_FINISH_CANCELLED);
+        if (r->finish != HR_FINISH_NONE && !r->reported) {
+            events[(*n_events)++] = (hr_event){.id = r->id, .token = -1, .text = "",
+                                               .finish = r->finish};
+            r->reported = true;
+        }
+    }
+    drop_reported(e);
+    admit(e);
+
+    begin_build(e);
+    int32_t budget = e->p.n_batch;
+    /* decode rows first, then prompt chunks in arrival order */
+    for (int pass = 0; pass < 2; pass++)
+        for (int32_t i = 0; i < e->n_reqs && budget > 0; i++) {
+            engine_request *r = e->reqs[i];
+            r->n_step = 0;
+            if (r->seq < 0 || r->finish != HR_FINISH_NONE)
+                continue;
+            bool decoding = r->n_tokens - r->n_cached == 1;
+            if (decoding == (pass == 0))
+                budget -= add_rows(e, r, budget, false);
+        }
+    if (e->step.n_rows == 0)
+        return HR_OK;
+    if (e->step.n_out > cap - *n_events)
+        return hr_err_set(err, HR_ERR_INVALID,
+                          "engine step: %d events to report but room for %d (pass cap >= "
+                          "the number of parallel sequences)",
+                          e->step.n_out, cap - *n_events);
+
+    hr_status s = llama_forward(e->lm, &e->step, e->logits, err);
+    if (s != HR_OK) {
+        /* a failed step fails the requests in it; the engine keeps serving */
+        for (int32_t i = 0; i < e->n_reqs; i++)
+            if (e->reqs[i]->n_step > 0)
+                finish(e, e->reqs[i], HR_FINISH_ERROR);
+        return s;
+    }
+    for (int32_t i = 0; i < e->n_reqs; i++)
+        e->reqs[i]->n_cached += e->reqs[i]->n_step;
+
+    const int32_t V = e->model->info.n_vocab;
+    for (int32_t o = 0; o < e->step.n_out; o++) {
+        engine_request *r = engine_find(e, e->out_req[o]);
+        HR_ASSERT(r != NULL);
+        float *row = e->logits + (int64_t)o * V;
+        int32_t tok = sampler_sample(&r->smp, row, V, e->cand);
+        accept_token(e, r, tok, &events[(*n_events)++]);
+    }
+    drop_reported(e);
+    return HR_OK;
+}
+
+/* ---------------------------------------------------------------- scoring */
+
+hr_status hr_engine_score(hr_engine *e, const int32_t *tokens, int32_t n, double *nll,
+                          float *logits, hr_error *err) {
+    if (!e->p.logits_all)
+        return hr_err_set(err, HR_ERR_INVALID, "engine: scoring needs logits_all");
+    if (e->n_reqs > 0)
+        return hr_err_set(err, HR_ERR_INVALID, "engine: scoring while requests are running");
+    if (n < 2 || n > e->n_ctx)
+        return hr_err_set(err, HR_ERR_INVALID, "engine: %d tokens to score, context is %d", n,
+                          e->n_ctx);
+    const int32_t V = e->model->info.n_vocab;
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return hr_err_set(err, HR_ERR_INVALID, "engine: token %d = %d is outside [0, %d)",
+                              i, tokens[i], V);
+    int32_t seq = kv_seq_acquire(e->kv);
+    if (seq < 0)
+        return hr_err_set(err, HR_ERR_NO_FIT, "engine: no free sequence to score with");
+    hr_status s = kv_seq_reserve(e->kv, seq, n, err);
+    engine_request r = {.seq = seq, .n_tokens = n, .tokens = (int32_t *)tokens};
+    while (s == HR_OK && r.n_cached < n - 1) {
+        begin_build(e);
+        /* the last token is only a target: feed tokens 0 .. n-2 */
+        r.n_tokens = n - 1;
+        add_rows(e, &r, e->p.n_batch, true);
+        s = llama_forward(e->lm, &e->step, e->logits, err);
+        if (s != HR_OK)
+            break;
+        for (int32_t o = 0; o < e->step.n_out; o++) {
+            const float *row = e->logits + (int64_t)o * V;
+            int32_t p = r.n_cached + o;
+            double mx = row[0], sum = 0.0;
+            for (int32_t v = 1; v < V; v++)
+                mx = row[v] > mx ? row[v] : mx;
+            for (int32_t v = 0; v < V; v++)
+                sum += exp((double)row[v] - mx);
+            nll[p] = -((double)row[tokens[p + 1]] - mx - log(sum));
+            if (logits)
+                memcpy(logits + (int64_t)p * V, row, (size_t)V * sizeof(float));
+        }
+        r.n_cached += r.n_step;
+    }
+    kv_seq_release(e->kv, seq);
+    return s;
+}

@@ -1,0 +1,89 @@
+/*
+ * engine.h — the engine's internals, shared by engine.c (setup and the
+ * step), request.c (requests, text, stop strings, hr_generate) and the
+ * device glue.
+ */
+#ifndef HR_ENGINE_ENGINE_H
+#define HR_ENGINE_ENGINE_H
+
+#include "backend/backend.h"
+#include "engine/sampler.h"
+#include "headroom.h"
+#include "kv/kv_cache.h"
+#include "model/llama.h"
+
+#include <math.h>
+
+#define ENGINE_MAX_STOP 16          /* stop strings per request */
+#define ENGINE_MAX_STOP_BYTES 256   /* bytes per stop string */
+
+typedef struct {
+    int32_t id;
+    int32_t seq;          /* sequence slot once admitted, else -1 */
+    int32_t *tokens;      /* (n_ctx) prompt then generated */
+    int32_t n_tokens;
+    int32_t n_prompt;
+    int32_t n_cached;     /* tokens whose K/V are in the cache */
+    int32_t n_step;       /* rows fed in the current step */
+    int32_t n_gen;
+    int32_t max_new;      /* -1: until the context is full */
+    hr_sampling_params params;
+    sampler smp;
+    hr_detok *detok;
+    char *stop[ENGINE_MAX_STOP]; /* owned copies */
+    int32_t n_stop;
+    int32_t max_stop_len;
+    char *hold;           /* decoded text not yet released (may begin a stop string) */
+    int32_t hold_len;
+    char *out;            /* text released by the last call of engine_request_text */
+    int32_t text_cap;     /* bytes of hold and of out */
+    bool stopped;         /* a stop string appeared */
+    bool cancel;
+    bool reported;        /* its finish event went out: drop it */
+    hr_finish_reason finish;
+} engine_request;
+
+struct hr_engine {
+    const hr_model *model;
+    const hr_tokenizer *tok;
+    hr_engine_params p;
+    hr_device device;
+    int32_t n_ctx;
+    hr_backend *be;
+    llama *lm;
+    kv_cache *kv;
+    /* step buffers, sized at create */
+    hr_step step;
+    int32_t *tokens, *pos, *slot; /* (n_batch) */
+    step_segment *segs;           /* (n_batch) */
+    int32_t *out_rows, *out_req;  /* (max_out) */
+    int32_t max_out;
+    float *logits;                /* (max_out, V) */
+    sampler_cand *cand;           /* (V) */
+    char *text;                   /* event text of the current step */
+    size_t text_len, text_cap;
+    int32_t max_piece;
+    /* requests, in arrival order */
+    engine_request **reqs;
+    int32_t n_reqs, cap_reqs;
+    int32_t next_id;
+};
+
+double engine_now_ms(void);
+engine_request *engine_find(hr_engine *e, int32_t id);
+bool engine_is_eos(const hr_engine *e, int32_t token);
+void engine_request_free(engine_request *r);
+/* Feeds token's text (token -1: none) through the UTF-8 stream and the
+ * stop-string check; flush releases everything held. Returns the number of
+ * bytes released into r->out; sets r->stopped when a stop string appears
+ * (the stop string and what follows are dropped). */
+int32_t engine_request_text(engine_request *r, int32_t token, bool flush);
+
+/* CUDA glue (engine_cuda.c): whether the backend is built in and a device
+ * is present, and why not. */
+bool engine_cuda_available(void);
+const char *engine_cuda_why_not(void);
+hr_status engine_cuda_backend_create(const hr_model_info *info, const be_params *p,
+                                     hr_backend **out, hr_error *err);
+
+#endif

@@ -1,0 +1,32 @@
+/*
+ * engine_cuda.c — the engine's view of the CUDA backend: whether it is built
+ * in and a device is present. Without HR_HAVE_CUDA it says why not.
+ */
+#include "engine/engine.h"
+
+#ifdef HR_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+
+bool engine_cuda_available(void) { return cuda_device_count() > 0; }
+
+const char *engine_cuda_why_not(void) { return cuda_why_not(); }
+
+hr_status engine_cuda_backend_create(const hr_model_info *info, const be_params *p,
+                                     hr_backend **out, hr_error *err) {
+    return backend_cuda_create(info, p, out, err);
+}
+#else
+bool engine_cuda_available(void) { return false; }
+
+const char *engine_cuda_why_not(void) {
+    return "headroom was built without the CUDA backend (no nvcc at build time)";
+}
+
+hr_status engine_cuda_backend_create(const hr_model_info *info, const be_params *p,
+                                     hr_backend **out, hr_error *err) {
+    (void)info;
+    (void)p;
+    (void)out;
+    return hr_err_set(err, HR_ERR_UNSUPPORTED, "%s", engine_cuda_why_not());
+}
+#endif

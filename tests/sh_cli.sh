@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# ctest-label: e2e
+# The command line as a person uses it: help, tokenize, inspect, and every
+# corrupt file of tests/fixtures/corrupt/ refused with exit status 1, a
+# message naming the file, and no crash.
+#   tests/sh_cli.sh PATH_TO_HEADROOM BUILD_DIR
+set -u
+hr=$1
+tmp=$2/sh_cli_tmp
+mkdir -p "$tmp"
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# --help on every command, exit 0
+for c in "" run perplexity bench tokenize inspect; do
+  if "$hr" $c --help > "$tmp/help.txt" 2>&1 && grep -q usage "$tmp/help.txt"; then ok; else bad "headroom $c --help"; fi
+done
+# unknown command and option: exit 1
+"$hr" no-such-command > /dev/null 2>&1; [ $? -eq 1 ] && ok || bad "unknown command exit status"
+"$hr" inspect --no-such-option > /dev/null 2>&1; [ $? -eq 1 ] && ok || bad "unknown option exit status"
+
+# tokenize: Llama 2 ids of a known sentence (sentencepiece gives these)
+vocab=tests/data/tokenizer-vectors/ggml-vocab-llama-spm.gguf
+out=$(printf 'Hello world' | "$hr" tokenize -m "$vocab")
+[ "$out" = "1 15043 3186" ] && ok || bad "tokenize with BOS: '$out'"
+out=$(printf 'Hello world' | "$hr" tokenize -m "$vocab" --no-bos)
+[ "$out" = "15043 3186" ] && ok || bad "tokenize --no-bos: '$out'"
+out=$(printf 'Hello world' | "$hr" tokenize -m tests/data/llama2-tokenizer/tokenizer.model --no-bos)
+[ "$out" = "15043 3186" ] && ok || bad "tokenize tokenizer.model: '$out'"
+
+# inspect a real folder model
+if "$hr" inspect -m tests/fixtures/models/qwen2-tied > "$tmp/inspect.txt" 2>&1 \
+   && grep -q "architecture   qwen2" "$tmp/inspect.txt" && grep -q "q/k/v bias     yes" "$tmp/inspect.txt"; then ok
+else bad "inspect qwen2-tied"; cat "$tmp/inspect.txt"; fi
+
+# every corrupt file: status 1 (not a crash: >= 128), message naming the file
+for f in tests/fixtures/corrupt/*; do
+  case "$f" in
+    *.gguf) cmd=(inspect -m "$f") ;;
+    *.safetensors) d="$tmp/st"; rm -rf "$d"; mkdir -p "$d"
+                   cp tests/fixtures/models/llama-gqa/config.json "$d/"
+                   cp "$f" "$d/model.safetensors"; cmd=(inspect -m "$d") ;;
+    *.json) d="$tmp/cfg"; rm -rf "$d"; mkdir -p "$d"; cp "$f" "$d/config.json"
+            cmd=(inspect -m "$d") ;;
+    *) continue ;;
+  esac
+  "$hr" "${cmd[@]}" > "$tmp/out.txt" 2> "$tmp/err.txt"
+  st=$?
+  base=$(basename "$f")
+  if [ $st -ne 1 ]; then bad "$base: exit status $st"; cat "$tmp/err.txt"; continue; fi
+  if ! grep -q -e "$base" -e "model.safetensors" -e "config.json" "$tmp/err.txt"; then
+    bad "$base: message does not name the file: $(cat "$tmp/err.txt")"; continue
+  fi
+  ok
+done
+# a missing file
+"$hr" inspect -m /nonexistent/model.gguf > /dev/null 2> "$tmp/err.txt"
+[ $? -eq 1 ] && grep -q "/nonexistent/model.gguf" "$tmp/err.txt" && ok || bad "missing file"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
