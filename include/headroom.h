@@ -176,8 +176,8 @@ hr_model_params hr_model_params_default(void);
 /* A model of a named shape ("tinyllama-1.1b", "llama2-7b", "llama2-13b",
  * "llama3-8b", "llama2-70b", "smollm2-135m") with random weights of the given
  * type, made in memory (no file): for benchmarks and planning. With
- * params->vocab_only, only shapes are made (no weight memory). It has no
- * tokenizer. */
+ * params->vocab_only, only shapes are made (no weight memory). It has a
+ * tokenizer only when params->tokenizer_path names one. */
 hr_status hr_model_synthetic(const char *shape, hr_dtype weights, const hr_model_params *params,
                              hr_model **out, hr_error *err);
 /* The names hr_model_synthetic knows, NULL-terminated. */
@@ -371,6 +371,16 @@ hr_status hr_generate(hr_engine *engine, const char *prompt, size_t len,
  * (n - 1, n_vocab) logits of those rows. n <= n_ctx. Needs logits_all. */
 hr_status hr_engine_score(hr_engine *engine, const int32_t *tokens, int32_t n, double *nll,
                           float *logits, hr_error *err);
+
+/* Perplexity of tokens (normally BOS + a text's tokens): consecutive windows
+ * of `window` tokens (the last may be shorter), each scored from its second
+ * token given the tokens before it in the window; exp of the mean nll.
+ * window <= n_ctx. progress (may be NULL) is called after each window. */
+hr_status hr_engine_perplexity(hr_engine *engine, const int32_t *tokens, int64_t n,
+                               int32_t window, double *ppl,
+                               void (*progress)(int64_t done, int64_t total, double ppl,
+                                                void *user),
+                               void *user, hr_error *err);
 
 #ifdef __cplusplus
 }

@@ -11,7 +11,7 @@ What it makes, in OUT_DIR (a Hugging Face folder LlamaForCausalLM loads):
   train_log.json           seed, steps, losses, time
 
 The model is a small Llama: RMSNorm, RoPE, SwiGLU, grouped-query attention
-(8 heads over 2 kv heads), untied output head, about 6.5M parameters.
+(8 heads over 2 kv heads), untied output head, about 6.6M parameters.
 Seeded, deterministic algorithms on: a rerun gives the same weights.
 
 Usage: python3 tools/train_embedded.py CORPUS OUT_DIR [--steps N]
@@ -86,12 +86,17 @@ def main():
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=688,
+    # intermediate 768 = 3 x 256: every matrix row divides into 32- and 256-element
+    # quantization blocks, so the model converts to every GGUF type
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=768,
                       num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=2,
                       max_position_embeddings=CTX, rms_norm_eps=1e-5, rope_theta=10000.0,
                       tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                       initializer_range=0.02, attention_dropout=0.0)
     dev = args.device
+    # eager attention: the fused SDPA kernels' backward is not deterministic,
+    # and a rerun must give the same weights
+    cfg._attn_implementation = "eager"
     model = LlamaForCausalLM(cfg).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
     # ~300k training tokens overfit a 6M model within a few epochs: dropout on

@@ -8,10 +8,14 @@
 #include <string.h>
 
 static void help(FILE *f) {
-    fprintf(f, "usage: headroom convert [-m PATH] -o FILE.gguf [--type TYPE]\n\n"
+    fprintf(f, "usage: headroom convert [-m PATH] -o FILE.gguf [--type TYPE]\n"
+               "       headroom convert --synthetic SHAPE --tokenizer PATH -o FILE.gguf\n\n"
                "Writes the model as GGUF (llama.cpp's layout and key names) with its\n"
                "tokenizer and chat template.\n"
                "  -m PATH       model folder or .gguf (default: the embedded model)\n"
+               "  --synthetic SHAPE   random weights of a named shape instead (for\n"
+               "                side-by-side benchmarks with other engines)\n"
+               "  --tokenizer PATH    the tokenizer to write (needed with --synthetic)\n"
                "  -o FILE       the GGUF file to write\n"
                "  --type TYPE   matrices as f16 (default), bf16, f32, q8_0, q4_0, q4_1,\n"
                "                q5_0, q5_1, q4_k or q6_k; norms stay f32\n");
@@ -19,6 +23,7 @@ static void help(FILE *f) {
 
 int cmd_convert(int argc, char **argv) {
     const char *path = cli_default_model(), *out = NULL, *type_name = "f16";
+    const char *synthetic = NULL, *tokenizer = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             help(stdout);
@@ -28,6 +33,12 @@ int cmd_convert(int argc, char **argv) {
                 return 1;
         } else if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) {
             if (!cli_value(argc, argv, &i, &out))
+                return 1;
+        } else if (strcmp(argv[i], "--synthetic") == 0) {
+            if (!cli_value(argc, argv, &i, &synthetic))
+                return 1;
+        } else if (strcmp(argv[i], "--tokenizer") == 0) {
+            if (!cli_value(argc, argv, &i, &tokenizer))
                 return 1;
         } else if (strcmp(argv[i], "--type") == 0) {
             if (!cli_value(argc, argv, &i, &type_name))
@@ -49,7 +60,12 @@ int cmd_convert(int argc, char **argv) {
     }
     hr_error err;
     hr_model *m;
-    if (hr_model_load(path, NULL, &m, &err) != HR_OK) {
+    hr_model_params mp = hr_model_params_default();
+    mp.tokenizer_path = tokenizer;
+    /* a synthetic model is made directly in the type asked for */
+    hr_status s = synthetic ? hr_model_synthetic(synthetic, type, &mp, &m, &err)
+                            : hr_model_load(path, &mp, &m, &err);
+    if (s != HR_OK) {
         cli_error("%s", err.msg);
         return 1;
     }

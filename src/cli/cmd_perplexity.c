@@ -9,7 +9,6 @@
  */
 #include "cli/cli.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +50,11 @@ static char *read_file(const char *path, size_t *len) {
     return buf;
 }
 
+static void progress(int64_t done, int64_t total, double ppl, void *user) {
+    (void)user;
+    fprintf(stderr, "[%lld/%lld tokens] %.6f\n", (long long)done, (long long)total, ppl);
+}
+
 int cmd_perplexity(int argc, char **argv) {
     cli_engine_opts o;
     cli_engine_opts_init(&o);
@@ -90,7 +94,6 @@ int cmd_perplexity(int argc, char **argv) {
     hr_model *m = NULL;
     hr_engine *e = NULL;
     int32_t *ids = NULL;
-    double *nll = NULL;
     size_t len = 0;
     int rc = 1;
     char *text = read_file(file, &len);
@@ -131,33 +134,15 @@ int cmd_perplexity(int argc, char **argv) {
         cli_error("%s", err.msg);
         goto done;
     }
-    nll = malloc((size_t)ctx * sizeof *nll);
-    if (!nll) {
-        cli_error("perplexity: out of memory");
+    double ppl;
+    fprintf(stderr, "perplexity: %zu tokens, windows of %d\n", n_ids, ctx);
+    if (hr_engine_perplexity(e, ids, (int64_t)n_ids, ctx, &ppl, progress, NULL, &err) != HR_OK) {
+        cli_error("perplexity: %s", err.msg);
         goto done;
     }
-    double sum = 0.0;
-    int64_t count = 0;
-    int32_t n_win = (int32_t)((n_ids + (size_t)ctx - 1) / (size_t)ctx);
-    fprintf(stderr, "perplexity: %zu tokens, %d windows of %d\n", n_ids, n_win, ctx);
-    for (int32_t w = 0; w < n_win; w++) {
-        size_t start = (size_t)w * (size_t)ctx;
-        int32_t n = (int32_t)(n_ids - start < (size_t)ctx ? n_ids - start : (size_t)ctx);
-        if (n < 2)
-            break;
-        if (hr_engine_score(e, ids + start, n, nll, NULL, &err) != HR_OK) {
-            cli_error("perplexity: %s", err.msg);
-            goto done;
-        }
-        for (int32_t i = 0; i < n - 1; i++)
-            sum += nll[i];
-        count += n - 1;
-        fprintf(stderr, "[%d/%d] %.6f\n", w + 1, n_win, exp(sum / (double)count));
-    }
-    printf("perplexity: %.10g\n", exp(sum / (double)count));
+    printf("perplexity: %.10g\n", ppl);
     rc = 0;
 done:
-    free(nll);
     free(ids);
     free(text);
     hr_engine_free(e);

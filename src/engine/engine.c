@@ -444,3 +444,38 @@ hr_status hr_engine_score(hr_engine *e, const int32_t *tokens, int32_t n, double
     kv_seq_release(e->kv, seq);
     return s;
 }
+
+hr_status hr_engine_perplexity(hr_engine *e, const int32_t *tokens, int64_t n, int32_t window,
+                               double *ppl,
+                               void (*progress)(int64_t done, int64_t total, double ppl,
+                                                void *user),
+                               void *user, hr_error *err) {
+    if (window < 2 || window > e->n_ctx)
+        return hr_err_set(err, HR_ERR_INVALID, "perplexity: window %d outside [2, %d]", window,
+                          e->n_ctx);
+    if (n < 2)
+        return hr_err_set(err, HR_ERR_INVALID, "perplexity: %lld tokens, at least 2 needed",
+                          (long long)n);
+    double *nll = hr_calloc((size_t)window, sizeof(double));
+    if (!nll)
+        return hr_err_set(err, HR_ERR_NOMEM, "perplexity: out of memory");
+    double sum = 0.0;
+    int64_t count = 0;
+    hr_status s = HR_OK;
+    for (int64_t start = 0; start + 1 < n; start += window) {
+        int32_t len = (int32_t)(n - start < window ? n - start : window);
+        if (len < 2)
+            break;
+        if ((s = hr_engine_score(e, tokens + start, len, nll, NULL, err)) != HR_OK)
+            break;
+        for (int32_t i = 0; i < len - 1; i++)
+            sum += nll[i];
+        count += len - 1;
+        if (progress)
+            progress(start + len, n, exp(sum / (double)count), user);
+    }
+    hr_free(nll);
+    if (s == HR_OK)
+        *ppl = exp(sum / (double)count);
+    return s;
+}

@@ -7,7 +7,9 @@
  * +-0.05 (about the spread of trained 7B weights); quantized blocks get
  * random codes and a fixed, finite scale written where each format keeps its
  * f16 scales. Norm weights are 1. Values do not affect speed, but NaNs or
- * zeros could, so neither is produced.
+ * zeros could, so neither is produced. A tokenizer can be attached
+ * (params->tokenizer_path) so the model can be written as a GGUF file that
+ * other engines load, for side-by-side benchmarks.
  */
 #include "model/model_load.h"
 
@@ -222,6 +224,17 @@ hr_status hr_model_synthetic(const char *shape, hr_dtype weights, const hr_model
         }
         in->n_tensors = m->n_tensors;
         in->tie_embeddings = sh->tied;
+    }
+    if (params && params->tokenizer_path) {
+        if ((s = hr_tokenizer_load(params->tokenizer_path, &m->tok, err)) != HR_OK)
+            goto fail;
+        if (hr_tokenizer_n_vocab(m->tok) > in->n_vocab) {
+            s = hr_err_set(err, HR_ERR_INVALID,
+                           "synthetic model: the tokenizer has %d tokens, the shape %d",
+                           hr_tokenizer_n_vocab(m->tok), in->n_vocab);
+            goto fail;
+        }
+        in->bos_id = hr_tokenizer_bos(m->tok);
     }
     *out = m;
     return HR_OK;

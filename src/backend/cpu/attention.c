@@ -13,6 +13,7 @@
  * attention does (softmax in float32).
  */
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/vec.h"
 
 #include <math.h>
 
@@ -34,6 +35,7 @@ static void att_items(void *ctx, int ith, int nth) {
     const float scale = 1.0f / sqrtf((float)Dh);
     float *scores = c->att_scratch + (int64_t)ith * c->att_scratch_per_thread;
     float *kv = scores + (int64_t)grp * c->kv.max_blocks_per_seq * BS; /* one K or V row */
+    const cpu_vec_ops *vec = cpu_vec_ops_get();
     int64_t n_items = (int64_t)c->step->n_rows * Hkv;
     for (int64_t item = ith; item < n_items; item += nth) {
         int32_t r = (int32_t)(item / Hkv), g = (int32_t)(item % Hkv);
@@ -45,13 +47,8 @@ static void att_items(void *ctx, int ith, int nth) {
             const uint8_t *page = cpu_kv_page(c, c->k_pool, t->layer, bt[i / BS], g);
             cpu_kv_to_f32(c->kv.kv_dtype, page + (size_t)(i % BS) * Dh * c->kv_elem_bytes, kv,
                           Dh);
-            for (int32_t j = 0; j < grp; j++) {
-                const float *qh = q + (int64_t)j * Dh;
-                float dot = 0.0f;
-                for (int32_t d = 0; d < Dh; d++)
-                    dot += qh[d] * kv[d];
-                scores[(int64_t)j * n_ctx + i] = dot * scale;
-            }
+            for (int32_t j = 0; j < grp; j++)
+                scores[(int64_t)j * n_ctx + i] = vec->dot(q + (int64_t)j * Dh, kv, Dh) * scale;
         }
         for (int32_t j = 0; j < grp; j++) {
             float *sc = scores + (int64_t)j * n_ctx;
@@ -74,12 +71,9 @@ static void att_items(void *ctx, int ith, int nth) {
             const uint8_t *page = cpu_kv_page(c, c->v_pool, t->layer, bt[i / BS], g);
             cpu_kv_to_f32(c->kv.kv_dtype, page + (size_t)(i % BS) * Dh * c->kv_elem_bytes, kv,
                           Dh);
-            for (int32_t j = 0; j < grp; j++) {
-                float w = scores[(int64_t)j * n_ctx + i];
-                float *o = t->out + (int64_t)r * t->ld_out + ((int64_t)g * grp + j) * Dh;
-                for (int32_t d = 0; d < Dh; d++)
-                    o[d] += w * kv[d];
-            }
+            for (int32_t j = 0; j < grp; j++)
+                vec->axpy(t->out + (int64_t)r * t->ld_out + ((int64_t)g * grp + j) * Dh,
+                          scores[(int64_t)j * n_ctx + i], kv, Dh);
         }
     }
 }

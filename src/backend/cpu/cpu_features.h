@@ -3,7 +3,7 @@
  *
  * Kernels come in three levels, each a separate file compiled for its ISA
  * (matmul_ref.c: plain C; *_avx2.c: AVX2+FMA+F16C; *_avx512.c: AVX-512
- * F/BW/VL/DQ/BF16/VNNI). One binary runs everywhere: the level is chosen at
+ * F/BW/VL/DQ/VNNI). One binary runs everywhere: the level is chosen at
  * run time from __builtin_cpu_supports, which also checks that the OS saves
  * the wider registers (XCR0). A level is "supported" only when every ISA its
  * file is compiled with is present, since the compiler may use any of them.
@@ -20,7 +20,7 @@
 typedef enum {
     CPU_LEVEL_REF = 0,    /* portable C, the oracle */
     CPU_LEVEL_AVX2 = 1,   /* AVX2 + FMA + F16C (Haswell, Zen 1 and later) */
-    CPU_LEVEL_AVX512 = 2, /* AVX-512 F/BW/VL/DQ/BF16/VNNI (Zen 4, Sapphire Rapids) */
+    CPU_LEVEL_AVX512 = 2, /* AVX-512 F/BW/VL/DQ/VNNI (Ice Lake, Zen 4 and later) */
     CPU_LEVEL_COUNT
 } cpu_level;
 
