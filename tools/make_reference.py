@@ -24,13 +24,14 @@ Needs torch, transformers and safetensors (PyPI; CPU is enough).
 """
 import json
 import os
-import struct
 import sys
 
 import torch
 import transformers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig,
                           Qwen2Config)
+
+from refio import write_reference
 
 TEXT = ("First Citizen: Before we proceed any further, hear me speak. "
         "All: Speak, speak. First Citizen: You are all resolved rather to die than to famish?")
@@ -114,17 +115,7 @@ def reference(path, tok_dir):
         margin = float((top2[:, 0] - top2[:, 1]).min())
     T, V = len(ids), logits.shape[1]
     full_pos = sorted(set([0, T // 3, (2 * T) // 3, T - 1]))[:N_FULL]
-    with open(os.path.join(path, "reference.bin"), "wb") as f:
-        f.write(b"HRREF001")
-        f.write(struct.pack("<IIII", 1, T, V, len(full_pos)))
-        f.write(struct.pack(f"<{T}i", *ids))
-        f.write(struct.pack(f"<{len(full_pos)}I", *full_pos))
-        for p in full_pos:
-            f.write(logits[p].numpy().astype("<f4").tobytes())
-        f.write(struct.pack(f"<{T - 1}f", *nll))
-        f.write(struct.pack("<d", ppl))
-        f.write(struct.pack("<I", len(gen)))
-        f.write(struct.pack(f"<{len(gen)}i", *gen))
+    write_reference(os.path.join(path, "reference.bin"), ids, logits, nll, ppl, gen, full_pos)
     summary = {"text": TEXT, "tokens": ids, "perplexity": ppl, "greedy": gen,
                "greedy_text": tok.decode(gen), "min_greedy_margin": margin,
                "transformers": transformers.__version__, "torch": torch.__version__}
