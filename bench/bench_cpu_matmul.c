@@ -306,22 +306,26 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* Median seconds per call, rotating over weight windows (the median: other
- * tenants of a shared machine make the mean noisy). */
+ * tenants of a shared machine make the mean noisy). When stream_s is not
+ * NULL, every call is followed by a streaming read of as many bytes from the
+ * window half the buffer ahead, and *stream_s gets the median time of those reads: this VM's
+ * memory bandwidth drifts by 2x within minutes as neighbours come and go, so
+ * decode speed is judged against the read speed of the same moment. */
 static double time_matmul(cpu_matmul_mode mode, int64_t B, int64_t K, const cpu_mat *parts_tmpl,
-                          int n_parts, const float *x, float *y, double min_s) {
+                          int n_parts, const float *x, float *y, double min_s, double *stream_s) {
     size_t bytes = 0;
     for (int p = 0; p < n_parts; p++)
         bytes += cpu_mm_row_bytes(parts_tmpl[p].dtype, K) * (size_t)parts_tmpl[p].n_rows;
     bytes = (bytes + 4095) / 4096 * 4096;
     size_t n_win = WBUF_BYTES / bytes;
-    if (n_win < 1)
-        n_win = 1;
+    if (n_win < 2)
+        n_win = 2;
     cpu_mat parts[8];
     int64_t N = 0;
     for (int p = 0; p < n_parts; p++)
         N += parts_tmpl[p].n_rows;
     enum { MAX_ITERS = 4096 };
-    static double times[MAX_ITERS];
+    static double times[MAX_ITERS], stimes[MAX_ITERS];
     int iters = 0;
     double t0 = now_s();
     for (;;) {
@@ -333,9 +337,22 @@ static double time_matmul(cpu_matmul_mode mode, int64_t B, int64_t K, const cpu_
         }
         double t1 = now_s();
         cpu_matmul(pool, scratch, mode, y, N, x, K, B, K, parts, n_parts);
-        times[iters++] = now_s() - t1;
+        times[iters] = now_s() - t1;
+        if (stream_s != NULL) {
+            /* half the buffer away: out of every cache when the matmul gets there */
+            bw_ctx c = {.buf = (const uint64_t *)(const void *)(wbuf + ((size_t)iters + n_win / 2) % n_win * bytes),
+                        .n_words = bytes / 8};
+            t1 = now_s();
+            cpu_pool_run(pool, bw_task, &c);
+            stimes[iters] = now_s() - t1;
+        }
+        iters++;
         if ((now_s() - t0 > min_s && iters >= 5) || iters == MAX_ITERS)
             break;
+    }
+    if (stream_s != NULL) {
+        qsort(stimes, (size_t)iters, sizeof(double), cmp_double);
+        *stream_s = stimes[iters / 2];
     }
     qsort(times, (size_t)iters, sizeof(double), cmp_double);
     return times[iters / 2];
@@ -378,10 +395,11 @@ int main(int argc, char **argv) {
         HR_DTYPE_Q4_1, HR_DTYPE_Q5_0, HR_DTYPE_Q5_1, HR_DTYPE_Q2_K, HR_DTYPE_Q3_K,
         HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K,
     };
-    printf("\n%-5s %-5s | decode B=1 GB/s (%% of %.0f) per N x K: 2048x2048 256x2048 5632x2048 "
-           "32000x2048 2048x5632 | prefill B=512 GFLOP/s (%% of %.0f) | TinyLlama matmuls: "
-           "decode tok/s, prefill tok/s\n",
-           "dtype", "mode", bw, peak);
+    printf("\n%-5s %-5s | decode B=1 GB/s (%% of a streaming read of the same bytes, timed "
+           "right after) per N x K: 2048x2048 256x2048 5632x2048 32000x2048 2048x5632 | prefill "
+           "B=512 GFLOP/s (%% of %.0f) | TinyLlama matmuls: decode tok/s (%% of the streaming "
+           "read), prefill tok/s\n",
+           "dtype", "mode", peak);
     for (size_t di = 0; di < sizeof(dtypes) / sizeof(dtypes[0]); di++) {
         hr_dtype t = dtypes[di];
         if (only != HR_DTYPE_COUNT && t != only)
@@ -403,15 +421,16 @@ int main(int argc, char **argv) {
             }
             for (int s = 0; s < N_SHAPES; s++) {
                 cpu_mat m = {.dtype = t, .n_rows = shapes[s].N};
+                double ss;
                 double sec = time_matmul((cpu_matmul_mode)mode, 1, shapes[s].K, &m, 1, x, y,
-                                         quick ? 0.05 : 0.25);
+                                         quick ? 0.05 : 0.25, &ss);
                 double gbs = (double)cpu_mm_row_bytes(t, shapes[s].K) * (double)shapes[s].N / sec / 1e9;
-                printf(" %5.1f (%3.0f%%)", gbs, 100 * gbs / bw);
+                printf(" %5.1f (%3.0f%%)", gbs, 100 * ss / sec);
             }
             {
                 cpu_mat m = {.dtype = t, .n_rows = 2048};
                 double sec = time_matmul((cpu_matmul_mode)mode, B_pre, 2048, &m, 1, x, y,
-                                         quick ? 0.1 : 0.5);
+                                         quick ? 0.1 : 0.5, NULL);
                 double gf = 2.0 * (double)B_pre * 2048 * 2048 / sec / 1e9;
                 printf(" | %6.1f (%3.0f%%)", gf, 100 * gf / peak);
             }
@@ -424,21 +443,33 @@ int main(int argc, char **argv) {
                 cpu_mat gu[2] = {{.dtype = t, .n_rows = 5632}, {.dtype = t, .n_rows = 5632}};
                 cpu_mat head = {.dtype = t, .n_rows = 32000};
                 double ms = quick ? 0.03 : 0.15;
-                double dec = 22 * (time_matmul((cpu_matmul_mode)mode, 1, 2048, qkv, 3, x, y, ms) +
-                                   time_matmul((cpu_matmul_mode)mode, 1, 2048, &o, 1, x, y, ms) +
-                                   time_matmul((cpu_matmul_mode)mode, 1, 2048, gu, 2, x, y, ms)) +
-                             22 * time_matmul((cpu_matmul_mode)mode, 1, 5632, &o, 1, x, y, ms) +
-                             time_matmul((cpu_matmul_mode)mode, 1, 2048, &head, 1, x, y, ms);
+                /* decode: the token's matmul time, and its share of the
+                 * streaming-read time of the same bytes */
+                struct {
+                    const cpu_mat *p;
+                    int n;
+                    int64_t K;
+                    double mult;
+                } dec_calls[5] = {{qkv, 3, 2048, 22}, {&o, 1, 2048, 22}, {gu, 2, 2048, 22},
+                                  {&o, 1, 5632, 22}, {&head, 1, 2048, 1}};
+                double dec = 0, dec_stream = 0;
+                for (int c = 0; c < 5; c++) {
+                    double ss;
+                    dec += dec_calls[c].mult * time_matmul((cpu_matmul_mode)mode, 1, dec_calls[c].K,
+                                                           dec_calls[c].p, dec_calls[c].n, x, y, ms, &ss);
+                    dec_stream += dec_calls[c].mult * ss;
+                }
                 double pre = 0;
                 if (!quick) {
-                    pre = 22 * (time_matmul((cpu_matmul_mode)mode, B_pre, 2048, qkv, 3, x, y, 0.1) +
-                                time_matmul((cpu_matmul_mode)mode, B_pre, 2048, &o, 1, x, y, 0.1) +
-                                time_matmul((cpu_matmul_mode)mode, B_pre, 2048, gu, 2, x, y, 0.1) +
-                                time_matmul((cpu_matmul_mode)mode, B_pre, 5632, &o, 1, x, y, 0.1));
+                    pre = 22 * (time_matmul((cpu_matmul_mode)mode, B_pre, 2048, qkv, 3, x, y, 0.1, NULL) +
+                                time_matmul((cpu_matmul_mode)mode, B_pre, 2048, &o, 1, x, y, 0.1, NULL) +
+                                time_matmul((cpu_matmul_mode)mode, B_pre, 2048, gu, 2, x, y, 0.1, NULL) +
+                                time_matmul((cpu_matmul_mode)mode, B_pre, 5632, &o, 1, x, y, 0.1, NULL));
                     /* prefill needs the head only for the last token */
-                    pre += time_matmul((cpu_matmul_mode)mode, 1, 2048, &head, 1, x, y, 0.05);
+                    pre += time_matmul((cpu_matmul_mode)mode, 1, 2048, &head, 1, x, y, 0.05, NULL);
                 }
-                printf(" | %6.1f %6.1f\n", 1.0 / dec, pre > 0 ? (double)B_pre / pre : 0.0);
+                printf(" | %6.1f (%3.0f%%) %6.1f\n", 1.0 / dec, 100 * dec_stream / dec,
+                       pre > 0 ? (double)B_pre / pre : 0.0);
             }
             fflush(stdout);
         }

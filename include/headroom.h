@@ -271,14 +271,73 @@ typedef struct {
     int32_t n_seq_max;     /* sequences decoded together */
     int32_t n_batch;       /* rows per step at most (prompt chunk size) */
     int32_t kv_block_size; /* tokens per KV block */
-    hr_dtype kv_dtype;     /* f32, f16 or bf16 */
+    hr_dtype kv_dtype;     /* f32, f16 or bf16; HR_DTYPE_COUNT: the device's default
+                              (f32 on the cpu, the compute type on cuda) */
+    hr_dtype dtype;        /* cuda: compute and storage type of weights, bf16 or f16 */
     bool exact_matmul;     /* cpu: f32 arithmetic for quantized weights too */
     bool logits_all;       /* keep logits of every prompt row (perplexity) */
+    bool attn_naive;       /* cuda: the simple attention kernel, not flash (benchmarks) */
+    bool no_graphs;        /* cuda: no CUDA graphs (benchmarks) */
+    bool progress;         /* show weight-upload progress on a terminal */
+    uint64_t mem_budget;   /* bytes the engine may hold on its device; 0: the device's free
+                              memory less a reserve (hr_device_budget) */
+    bool truncate_prompt;  /* a prompt longer than the context keeps its most recent tokens
+                              (with a warning) instead of being refused */
+    bool skip_upload;      /* cuda: weights allocated but not copied (memory and speed
+                              measurements only: the outputs are meaningless) */
 } hr_engine_params;
 
-/* cpu, all cores, the model's context, 1 sequence, 512-row steps, 16-token
- * blocks, f32 KV on the cpu. */
+/* auto device, all cores, the model's context, 1 sequence, 512-row steps,
+ * 16-token blocks, the device's KV type, bf16 on cuda. */
 hr_engine_params hr_engine_params_default(void);
+
+/* ---- the memory planner */
+
+typedef struct {
+    hr_device device;     /* the device planned for (cpu or cuda) */
+    int32_t n_ctx;        /* tokens per sequence */
+    int32_t n_seq_max;    /* sequences */
+    /* bytes, by part */
+    uint64_t weights;     /* as the device stores them (cpu: the norms and biases it copies;
+                             the matrices stay in the file mapping: weights_mapped) */
+    uint64_t weights_mapped; /* cpu: bytes of the file the weights are read from */
+    uint64_t kv;          /* the KV pool: n_seq_max sequences of n_ctx tokens */
+    uint64_t kv_per_token;   /* one token, all layers, K and V */
+    uint64_t kv_per_seq;     /* one sequence of n_ctx tokens */
+    uint64_t activations; /* step tensors, sized by the largest step */
+    uint64_t workspace;   /* matmul, attention and sampling workspaces, step metadata */
+    uint64_t graphs;      /* captured decode graphs (cuda) */
+    uint64_t runtime;     /* the runtime's own overhead: CUDA context and cuBLASLt (a figure
+                             measured on the H200), or the host library's tables (cpu) */
+    uint64_t total;       /* the sum of the parts (cpu: mapped weights included) */
+    uint64_t budget;
+    bool fits;            /* total <= budget */
+    /* what would fit (0 when nothing does), computed when it does not */
+    int32_t fit_max_ctx;      /* the largest n_ctx at this n_seq_max */
+    int32_t fit_max_parallel; /* the largest n_seq_max at this n_ctx */
+    hr_dtype fit_kv_dtype;    /* a smaller KV type that fits, or HR_DTYPE_COUNT */
+    uint64_t fit_kv_total;    /* the total with it */
+    hr_dtype fit_weights;     /* cpu: a quantized weight type that fits, or HR_DTYPE_COUNT */
+    uint64_t fit_weights_total;
+} hr_plan;
+
+/* The bytes an engine with these parameters would hold, by part, and
+ * whether they fit the budget (params->mem_budget, or the device's free
+ * memory less a reserve). Loads no weight: the model may be a shapes-only
+ * one (hr_model_params.vocab_only is not enough: it needs the tensors'
+ * shapes, which loading a file reads without touching the weights). With
+ * params->n_ctx 0, plans the largest context that fits, up to the model's. */
+hr_status hr_plan_compute(const hr_model *model, const hr_engine_params *params, hr_plan *out,
+                          hr_error *err);
+
+/* Free and total memory of a device (cuda: cudaMemGetInfo; cpu: MemAvailable
+ * and MemTotal). The default budget is free less 2% of total (at least
+ * 256 MiB): room for the runtime's own growth and other programs. */
+hr_status hr_device_memory(hr_device device, uint64_t *free_bytes, uint64_t *total_bytes,
+                           hr_error *err);
+
+/* Parses "8GiB", "12GB", "512MiB", "1e9", or "90%" (of total) into bytes. */
+hr_status hr_parse_size(const char *text, uint64_t total, uint64_t *out, hr_error *err);
 
 /* Allocates everything the engine will use, once: weights on the device,
  * activations, the KV pool and workspaces. The model must outlive it. */
@@ -289,6 +348,23 @@ void hr_engine_free(hr_engine *engine);
 int32_t hr_engine_n_ctx(const hr_engine *engine);
 /* "cpu" or "cuda" */
 const char *hr_engine_device_name(const hr_engine *engine);
+/* The device's name as its driver reports it ("NVIDIA H200"), or the CPU's. */
+const char *hr_engine_device_desc(const hr_engine *engine);
+
+typedef struct {
+    uint64_t weights, kv, activations, workspace, graphs, runtime; /* bytes held, by part */
+    uint64_t total;        /* their sum */
+    uint64_t device_total, device_free; /* the device's own counters (0 on the cpu) */
+    uint64_t host_rss;     /* resident memory of the process */
+    double upload_seconds; /* weights to the device (cuda) */
+    uint64_t upload_bytes;
+} hr_memory_report;
+
+/* The plan the engine was created from (its budget, parts, context). */
+void hr_engine_plan(const hr_engine *engine, hr_plan *out);
+
+/* What the engine holds now, by part (device memory on cuda). */
+void hr_engine_memory(const hr_engine *engine, hr_memory_report *out);
 
 typedef struct {
     float temperature;     /* <= 0: greedy */

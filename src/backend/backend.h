@@ -35,6 +35,8 @@
 #include <stdint.h>
 
 typedef struct hr_backend hr_backend;
+struct be_sample;
+struct be_memory;
 typedef struct be_weight be_weight; /* a (possibly fused) matrix, backend-owned */
 typedef struct be_vector be_vector; /* a norm weight, f32 on the backend */
 
@@ -61,6 +63,8 @@ typedef struct {
     const int32_t *block_tables; /* (n_seq_max, max_blocks_per_seq) physical block ids */
     int32_t n_out;               /* rows whose logits are wanted */
     const int32_t *out_rows;     /* (n_out) */
+    bool device_sample;          /* end_step will get samples (known before the step, so a
+                                    backend can capture the sampling with the step) */
 } hr_step;
 
 /* What the backend must size for, fixed when the engine starts. */
@@ -72,6 +76,8 @@ typedef struct {
     int32_t n_block;             /* NB */
     int32_t block_size;          /* BS */
     hr_dtype kv_dtype;
+    const float *rope_inv_freq;  /* (Dh/2) the model's RoPE frequencies: a device keeps a
+                                    copy (the rope op's own argument is the host table) */
 } be_config;
 
 typedef struct {
@@ -86,8 +92,10 @@ typedef struct {
                                hr_error *err);
     hr_status (*vector_create)(hr_backend *b, const model_tensor *t, be_vector **out,
                                hr_error *err);
-    hr_status (*tensor_alloc)(hr_backend *b, int64_t rows, int64_t cols, be_tensor *out,
-                              hr_error *err);
+    /* matmul_input: the tensor feeds a matmul (the GPU keeps those in the
+     * 16-bit compute type, everything else in f32; the CPU keeps all f32) */
+    hr_status (*tensor_alloc)(hr_backend *b, int64_t rows, int64_t cols, bool matmul_input,
+                              be_tensor *out, hr_error *err);
     hr_status (*kv_alloc)(hr_backend *b, const be_config *cfg, hr_error *err);
 
     /* One step. begin_step copies the step's metadata to the backend. */
@@ -114,10 +122,49 @@ typedef struct {
     void (*swiglu)(hr_backend *b, be_tensor *h, const be_tensor *gu);
     /* y (n_out, D) = x rows listed in the step's out_rows */
     void (*gather_rows)(hr_backend *b, be_tensor *y, const be_tensor *x);
-    /* wait for the step; copy logits (n_out, V) to host memory when asked */
+    /* Waits for the step. With samples (n_out entries) and a backend that
+     * samples on the device (can_sample), writes the chosen token of each
+     * output row to host_tokens and only those ids cross the bus; otherwise
+     * copies the logits (n_out, V) to host_logits (when not NULL). */
     hr_status (*end_step)(hr_backend *b, const be_tensor *logits, float *host_logits,
-                          hr_error *err);
+                          const struct be_sample *samples, int32_t *host_tokens, hr_error *err);
+    bool can_sample;
+
+    /* What the backend holds, by part (bytes). */
+    void (*memory)(const hr_backend *b, struct be_memory *out);
+
+    /* Tests and tools: copy rows of a tensor from / to f32 host memory
+     * (matmul_input as given to tensor_alloc: on the GPU those are 16-bit, so
+     * a write rounds and a read widens). */
+    hr_status (*write_tensor)(hr_backend *b, be_tensor *t, bool matmul_input, int64_t rows,
+                              const float *host, hr_error *err);
+    hr_status (*read_tensor)(hr_backend *b, const be_tensor *t, bool matmul_input, int64_t rows,
+                             float *host, hr_error *err);
 } hr_backend_ops;
+
+/* Sampling parameters of one output row, for device sampling: the same
+ * chain as engine/sampler.c (temperature, top-k, top-p, min-p); the random
+ * number of a draw is a function of (seed, step). */
+typedef struct be_sample {
+    float temperature;
+    int32_t top_k;
+    float top_p;
+    float min_p;
+    uint64_t seed;
+    uint64_t step;
+} be_sample;
+
+/* Bytes held by a backend, by part (device memory for cuda, host for cpu). */
+typedef struct be_memory {
+    uint64_t weights;   /* weights as the backend stores them */
+    uint64_t kv;        /* the KV pool */
+    uint64_t activations; /* step tensors */
+    uint64_t workspace; /* matmul / attention / sampling workspaces, step metadata */
+    uint64_t graphs;    /* captured CUDA graphs */
+    uint64_t runtime;   /* the runtime's own overhead (CUDA context, cuBLAS) */
+    uint64_t device_total, device_free; /* cudaMemGetInfo, 0 on the cpu */
+    double upload_seconds; /* weight upload time (cuda) */
+} be_memory;
 
 struct hr_backend {
     const hr_backend_ops *ops;
@@ -128,6 +175,15 @@ typedef struct {
     int32_t n_threads;    /* cpu: worker threads (0 = all cores) */
     bool exact_matmul;    /* cpu: f32 math for quantized weights (no 8-bit activations) */
     int32_t device_index; /* cuda */
+    hr_dtype compute;     /* cuda: bf16 or f16, weights and matmul inputs */
+    bool attn_naive;      /* cuda: the simple attention kernel instead of flash */
+    bool no_graphs;       /* cuda: launch every kernel instead of replaying a graph */
+    bool progress;        /* show weight upload progress on stderr */
+    bool skip_upload;     /* cuda: allocate weights but copy nothing (memory and speed
+                             measurements without weight values) */
+    uint64_t arena_bytes; /* cuda: the planned device bytes, taken in one allocation (0:
+                             one cudaMalloc per piece, for tests) */
+    uint64_t host_cap;    /* cpu: refuse allocations past this many bytes (0: no cap) */
 } be_params;
 
 hr_status backend_cpu_create(const hr_model_info *info, const be_params *p, hr_backend **out,

@@ -36,8 +36,18 @@ typedef struct {
     const char *model;     /* path; NULL with synthetic */
     const char *synthetic; /* shape name */
     hr_dtype weights;      /* synthetic weight type */
+    bool weights_given;    /* --weights was on the command line */
     hr_engine_params ep;
+    bool mem_report;       /* --mem-report */
+    const char *mem;       /* --mem, parsed by cli_budget into ep.mem_budget */
+    bool dtype_list;       /* bench parses --dtype itself (a list) */
 } cli_engine_opts;
+
+/* Turns --mem into ep.mem_budget (a share needs the device's size). */
+bool cli_budget(cli_engine_opts *o);
+
+/* The memory planned and held by part, on stderr ("after load", ...). */
+void cli_memory_report(const hr_engine *e, const char *when);
 
 void cli_engine_opts_init(cli_engine_opts *o);
 /* Consumes an engine option at argv[*i]: 1 consumed, 0 not one, -1 bad value. */
@@ -53,5 +63,6 @@ int cmd_run(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 #endif

@@ -2,8 +2,9 @@
  * cmd_bench.c — `headroom bench`: time to first token, prefill and decode
  * speed, and peak memory, for a model file or a synthetic shape.
  *
- * Method: one warm-up request first (page faults, thread start-up, caches),
- * then `--batch` requests of `--prompt` random tokens each, generating
+ * Method: a warm-up of the same batch and prompt length first (page faults,
+ * thread start-up, kernel loading, cuBLASLt's choices, graph capture), then
+ * `--batch` requests of `--prompt` random tokens each, generating
  * `--gen` tokens (end-of-sequence ignored). TTFT is from submission to the
  * first new token of the first request; prefill rate is prompt tokens over
  * the time until every request has its first token; decode rate is the
@@ -24,7 +25,10 @@ static void help(FILE *f) {
                "  --prompt N     prompt tokens per request (default 128)\n"
                "  --gen N        new tokens per request (default 128)\n"
                "  --batch N      requests decoded together (default 1)\n"
-               "  --json         also print one JSON object as the last line\n");
+               "  --json         also print one JSON object per configuration\n"
+               "  --dtype LIST   cuda: bf16, f16 or bf16,f16 (one row each)\n"
+               "  --attn LIST    cuda: flash, naive or flash,naive\n"
+               "  --graphs LIST  cuda: on, off or on,off\n");
     cli_engine_help(f);
 }
 
@@ -42,28 +46,6 @@ static void first_line(const char *cmd, char *out, size_t cap) {
     if (fgets(out, (int)cap, p))
         out[strcspn(out, "\n")] = '\0';
     pclose(p);
-}
-
-static void cpu_name(char *out, size_t cap) {
-    snprintf(out, cap, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) == 0) {
-            char *c = strchr(line, ':');
-            if (c) {
-                c++;
-                while (*c == ' ')
-                    c++;
-                c[strcspn(c, "\n")] = '\0';
-                snprintf(out, cap, "%s", c);
-            }
-            break;
-        }
-    }
-    fclose(f);
 }
 
 /* The weight type holding most bytes: what people call the model's type. */
@@ -149,17 +131,45 @@ done:
     return s;
 }
 
+/* Parses "a,b" into up to 2 choices, each one of names[]; values[] gets the
+ * index of each. */
+static int parse_list(const char *opt, const char *v, const char *const *names, int n_names,
+                      int *values) {
+    int n = 0;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        int k = -1;
+        for (int i = 0; i < n_names; i++)
+            if (strcmp(tok, names[i]) == 0)
+                k = i;
+        if (k < 0 || n == 2) {
+            cli_error("%s: '%s' is not a list of %s%s%s", opt, v, names[0],
+                      n_names > 1 ? " / " : "", n_names > 1 ? names[1] : "");
+            return -1;
+        }
+        values[n++] = k;
+    }
+    return n;
+}
+
 int cmd_bench(int argc, char **argv) {
     cli_engine_opts o;
     cli_engine_opts_init(&o);
+    o.dtype_list = true;
     int64_t prompt = 128, gen = 128, batch = 1;
     bool json = false;
+    static const char *const dtypes[] = {"bf16", "f16"}, *const attns[] = {"flash", "naive"},
+                             *const onoff[] = {"on", "off"};
+    int dt_v[2] = {0}, attn_v[2] = {0}, graph_v[2] = {0};
+    int n_dt = 1, n_attn = 1, n_graph = 1;
     for (int i = 1; i < argc; i++) {
         int r = cli_engine_option(argc, argv, &i, &o);
         if (r < 0)
             return 1;
         if (r > 0)
             continue;
+        const char *v;
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             help(stdout);
             return 0;
@@ -172,6 +182,18 @@ int cmd_bench(int argc, char **argv) {
         } else if (strcmp(argv[i], "--batch") == 0) {
             if (!cli_int(argc, argv, &i, 1, 4096, &batch))
                 return 1;
+        } else if (strcmp(argv[i], "--dtype") == 0) {
+            if (!cli_value(argc, argv, &i, &v) || (n_dt = parse_list("--dtype", v, dtypes, 2,
+                                                                     dt_v)) < 0)
+                return 1;
+        } else if (strcmp(argv[i], "--attn") == 0) {
+            if (!cli_value(argc, argv, &i, &v) ||
+                (n_attn = parse_list("--attn", v, attns, 2, attn_v)) < 0)
+                return 1;
+        } else if (strcmp(argv[i], "--graphs") == 0) {
+            if (!cli_value(argc, argv, &i, &v) ||
+                (n_graph = parse_list("--graphs", v, onoff, 2, graph_v)) < 0)
+                return 1;
         } else if (strcmp(argv[i], "--json") == 0) {
             json = true;
         } else {
@@ -180,9 +202,10 @@ int cmd_bench(int argc, char **argv) {
             return 1;
         }
     }
+    if (!cli_budget(&o))
+        return 1;
     hr_error err;
     hr_model *m = NULL;
-    hr_engine *e = NULL;
     int rc = 1;
     if (cli_load_model(&o, &m, &err) != HR_OK) {
         cli_error("%s", err.msg);
@@ -197,52 +220,103 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     o.ep.n_seq_max = (int32_t)batch;
-    o.ep.n_batch = prompt > 512 ? (int32_t)prompt : 512;
-    if (hr_engine_create(m, &o.ep, &e, &err) != HR_OK) {
-        cli_error("%s", err.msg);
-        goto done;
-    }
-    bench_result warm, res;
-    int32_t warm_prompt = prompt < 16 ? (int32_t)prompt : 16;
-    if (run_batch(e, in.n_vocab, 1, warm_prompt, 4, 7, &warm, &err) != HR_OK ||
-        run_batch(e, in.n_vocab, (int32_t)batch, (int32_t)prompt, (int32_t)gen, 42, &res,
-                  &err) != HR_OK) {
-        cli_error("bench: %s", err.msg);
-        goto done;
-    }
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    uint64_t peak = (uint64_t)ru.ru_maxrss * 1024u;
-    double prefill_tok_s = res.prefill_ms > 0 ? (double)res.n_prompt * 1e3 / res.prefill_ms : 0;
-    double decode_tok_s = res.decode_ms > 0 ? (double)res.n_decode * 1e3 / res.decode_ms : 0;
-    char machine[256], commit[64], date[64], b1[32];
-    cpu_name(machine, sizeof machine);
+    /* a prompt goes in one step up to 4096 tokens, in chunks of 4096 beyond */
+    o.ep.n_batch = prompt > 512 ? (int32_t)(prompt < 4096 ? prompt : 4096) : 512;
+    char commit[64], date[64], b1[32];
     first_line("git -C " HR_SOURCE_DIR " rev-parse --short HEAD 2>/dev/null", commit,
                sizeof commit);
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     const char *shape = o.synthetic ? o.synthetic : o.model;
     hr_dtype wt = main_weight_type(m);
-    printf("model      %s (%s, %s weights)\n", shape, in.name, hr_dtype_name(wt));
-    printf("device     %s, %s\n", hr_engine_device_name(e), machine);
-    printf("batch %lld, prompt %lld, gen %lld\n", (long long)batch, (long long)prompt,
-           (long long)gen);
-    printf("ttft       %.2f ms\n", res.ttft_ms);
-    printf("prefill    %.1f tok/s\n", prefill_tok_s);
-    printf("decode     %.2f tok/s\n", decode_tok_s);
-    printf("peak RSS   %s\n", cli_bytes(peak, b1, sizeof b1));
-    if (json)
-        printf("{\"commit\": \"%s\", \"date\": \"%s\", \"machine\": \"%s\", \"device\": \"%s\", "
-               "\"shape\": \"%s\", \"weights\": \"%s\", \"batch\": %lld, \"prompt\": %lld, "
-               "\"gen\": %lld, \"threads\": %d, \"ttft_ms\": %.3f, \"prefill_tok_s\": %.2f, "
-               "\"decode_tok_s\": %.3f, \"peak_bytes\": %llu}\n",
-               commit[0] ? commit : "unknown", date, machine, hr_engine_device_name(e), shape,
-               hr_dtype_name(wt), (long long)batch, (long long)prompt, (long long)gen,
-               o.ep.n_threads, res.ttft_ms, prefill_tok_s, decode_tok_s,
-               (unsigned long long)peak);
+    printf("model %s (%s, %s weights), batch %lld, prompt %lld, gen %lld\n", shape, in.name,
+           hr_dtype_name(wt), (long long)batch, (long long)prompt, (long long)gen);
+    printf("%-6s %-5s %-6s %-6s | %9s %12s %12s %10s\n", "device", "dtype", "attn", "graphs",
+           "ttft ms", "prefill t/s", "decode t/s", "peak");
+    for (int a = 0; a < n_dt; a++) {
+        hr_dtype want = dt_v[a] == 0 ? HR_DTYPE_BF16 : HR_DTYPE_F16;
+        /* a synthetic model on the GPU is made in the compute type itself,
+         * so each dtype's weights go up without a host conversion */
+        if (o.synthetic && !o.weights_given && o.ep.device != HR_DEVICE_CPU &&
+            o.weights != want) {
+            hr_model_free(m);
+            m = NULL;
+            o.weights = want;
+            if (cli_load_model(&o, &m, &err) != HR_OK) {
+                cli_error("%s", err.msg);
+                goto done;
+            }
+        }
+        for (int b = 0; b < n_attn; b++)
+            for (int g = 0; g < n_graph; g++) {
+                hr_engine *e = NULL;
+                hr_engine_params ep = o.ep;
+                ep.dtype = want;
+                ep.attn_naive = attn_v[b] == 1;
+                ep.no_graphs = graph_v[g] == 1;
+                if (hr_engine_create(m, &ep, &e, &err) != HR_OK) {
+                    cli_error("%s", err.msg);
+                    goto done;
+                }
+                bool cuda = strcmp(hr_engine_device_name(e), "cuda") == 0;
+                if (o.mem_report)
+                    cli_memory_report(e, "after load");
+                /* warm-up at the measured shapes: kernels load, cuBLASLt picks its
+                 * algorithms and graphs are captured before the clock runs */
+                bench_result warm, res;
+                if (run_batch(e, in.n_vocab, (int32_t)batch, (int32_t)prompt, 4, 7, &warm,
+                              &err) != HR_OK ||
+                    run_batch(e, in.n_vocab, (int32_t)batch, (int32_t)prompt, (int32_t)gen, 42,
+                              &res, &err) != HR_OK) {
+                    cli_error("bench: %s", err.msg);
+                    hr_engine_free(e);
+                    goto done;
+                }
+                hr_memory_report mr;
+                hr_engine_memory(e, &mr);
+                uint64_t peak;
+                if (cuda) {
+                    peak = mr.total; /* everything is taken at start: held = peak */
+                } else {
+                    struct rusage ru;
+                    getrusage(RUSAGE_SELF, &ru);
+                    peak = (uint64_t)ru.ru_maxrss * 1024u;
+                }
+                double prefill = res.prefill_ms > 0 ? (double)res.n_prompt * 1e3 / res.prefill_ms
+                                                    : 0;
+                double decode = res.decode_ms > 0 ? (double)res.n_decode * 1e3 / res.decode_ms : 0;
+                const char *dname = cuda ? dtypes[dt_v[a]] : "f32";
+                const char *aname = cuda ? attns[attn_v[b]] : "-";
+                const char *gname = cuda ? onoff[graph_v[g]] : "-";
+                printf("%-6s %-5s %-6s %-6s | %9.2f %12.1f %12.2f %10s\n",
+                       hr_engine_device_name(e), dname, aname, gname, res.ttft_ms, prefill,
+                       decode, cli_bytes(peak, b1, sizeof b1));
+                if (o.mem_report)
+                    cli_memory_report(e, "after generation");
+                if (json)
+                    printf("{\"commit\": \"%s\", \"date\": \"%s\", \"machine\": \"%s\", "
+                           "\"device\": \"%s\", \"shape\": \"%s\", \"weights\": \"%s\", "
+                           "\"dtype\": \"%s\", \"attn\": \"%s\", \"graphs\": \"%s\", "
+                           "\"batch\": %lld, \"prompt\": %lld, \"gen\": %lld, \"threads\": %d, "
+                           "\"ttft_ms\": %.3f, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.3f, "
+                           "\"peak_bytes\": %llu, \"load_gb_s\": %.3f}\n",
+                           commit[0] ? commit : "unknown", date, hr_engine_device_desc(e),
+                           hr_engine_device_name(e), shape, hr_dtype_name(wt), dname, aname,
+                           gname, (long long)batch, (long long)prompt, (long long)gen,
+                           o.ep.n_threads, res.ttft_ms, prefill, decode,
+                           (unsigned long long)peak,
+                           mr.upload_seconds > 0 ? (double)mr.upload_bytes / 1e9 /
+                                                       mr.upload_seconds
+                                                 : 0.0);
+                fflush(stdout);
+                hr_engine_free(e);
+                if (!cuda)
+                    goto finished; /* the cpu has no dtype / attention / graph variants */
+            }
+    }
+finished:
     rc = 0;
 done:
-    hr_engine_free(e);
     hr_model_free(m);
     return rc;
 }

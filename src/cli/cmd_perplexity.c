@@ -90,6 +90,8 @@ int cmd_perplexity(int argc, char **argv) {
         cli_error("perplexity: a synthetic model has no tokenizer");
         return 1;
     }
+    if (!cli_budget(&o))
+        return 1;
     hr_error err;
     hr_model *m = NULL;
     hr_engine *e = NULL;

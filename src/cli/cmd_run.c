@@ -29,6 +29,12 @@ static void help(FILE *f) {
     cli_engine_help(f);
 }
 
+static int32_t info_ctx(const hr_model *m) {
+    hr_model_info in;
+    hr_model_get_info(m, &in);
+    return in.n_ctx_train;
+}
+
 static bool print_text(const char *text, size_t len, int32_t token, void *user) {
     (void)token;
     (void)user;
@@ -125,6 +131,8 @@ int cmd_run(int argc, char **argv) {
     sp.stop = stops;
     sp.n_stop = n_stop;
 
+    if (!cli_budget(&o))
+        return 1;
     hr_error err;
     hr_model *m = NULL;
     hr_engine *e = NULL;
@@ -134,6 +142,16 @@ int cmd_run(int argc, char **argv) {
         cli_error("%s", err.msg);
         goto done;
     }
+    if (o.ep.n_ctx == 0) {
+        hr_plan pl;
+        hr_engine_plan(e, &pl);
+        char b[32];
+        fprintf(stderr, "headroom: context %d tokens, the most that fits in %s (the model's "
+                        "limit: %d)\n",
+                hr_engine_n_ctx(e), cli_bytes(pl.budget, b, sizeof b), info_ctx(m));
+    }
+    if (o.mem_report)
+        cli_memory_report(e, "after load");
     hr_generation_stats st;
     if (hr_generate(e, prompt, strlen(prompt), &sp, print_text, NULL, &st, &err) != HR_OK) {
         printf("\n");
@@ -148,6 +166,8 @@ int cmd_run(int argc, char **argv) {
             st.prompt_ms > 0 ? st.n_prompt * 1000.0 / st.prompt_ms : 0.0, st.first_token_ms,
             st.n_gen, st.gen_ms, st.gen_ms > 0 ? (st.n_gen - 1) * 1000.0 / st.gen_ms : 0.0,
             hr_finish_reason_name(st.finish), hr_engine_device_name(e));
+    if (o.mem_report)
+        cli_memory_report(e, "after generation");
     rc = 0;
 done:
     hr_engine_free(e);

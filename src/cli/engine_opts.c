@@ -8,6 +8,34 @@ void cli_engine_opts_init(cli_engine_opts *o) {
     o->model = cli_default_model();
     o->weights = HR_DTYPE_F16;
     o->ep = hr_engine_params_default();
+    o->ep.progress = true;
+}
+
+void cli_memory_report(const hr_engine *e, const char *when) {
+    hr_memory_report r;
+    hr_engine_memory(e, &r);
+    hr_plan pl;
+    hr_engine_plan(e, &pl);
+    char b[8][32];
+    fprintf(stderr, "memory planned (%s): weights %s, KV %s, activations %s, workspace %s, "
+                    "graphs %s, runtime %s = %s of a %s budget\n",
+            hr_engine_device_name(e), cli_bytes(pl.weights + pl.weights_mapped, b[0], 32),
+            cli_bytes(pl.kv, b[1], 32), cli_bytes(pl.activations, b[2], 32),
+            cli_bytes(pl.workspace, b[3], 32), cli_bytes(pl.graphs, b[4], 32),
+            cli_bytes(pl.runtime, b[5], 32), cli_bytes(pl.total, b[6], 32),
+            cli_bytes(pl.budget, b[7], 32));
+    fprintf(stderr,
+            "memory %s (%s): weights %s, KV %s, activations %s, workspace %s, graphs %s, "
+            "runtime %s = %s held",
+            when, hr_engine_device_name(e), cli_bytes(r.weights, b[0], 32),
+            cli_bytes(r.kv, b[1], 32), cli_bytes(r.activations, b[2], 32),
+            cli_bytes(r.workspace, b[3], 32), cli_bytes(r.graphs, b[4], 32),
+            cli_bytes(r.runtime, b[5], 32), cli_bytes(r.total, b[6], 32));
+    if (r.device_total)
+        fprintf(stderr, "; device %s used of %s",
+                cli_bytes(r.device_total - r.device_free, b[7], 32),
+                cli_bytes(r.device_total, b[0], 32));
+    fprintf(stderr, "; host RSS %s\n", cli_bytes(r.host_rss, b[1], 32));
 }
 
 void cli_engine_help(FILE *f) {
@@ -22,8 +50,16 @@ void cli_engine_help(FILE *f) {
                "  --threads N        cpu threads (default: every core)\n"
                "  --ctx N            tokens per sequence (default: the model's)\n"
                "  --kv-dtype TYPE    KV cache element type: f32, f16, bf16\n"
+               "  --dtype bf16|f16   cuda: compute and storage type of weights (bf16)\n"
                "  --exact            cpu: f32 arithmetic for quantized weights (no 8-bit\n"
-               "                     activations): slower, matches the reference closely\n");
+               "                     activations): slower, matches the reference closely\n"
+               "  --mem SIZE         memory budget: 8GiB, 12GB, 90%% (default: the device's\n"
+               "                     free memory less a reserve)\n"
+               "  --parallel N       sequences served together (default 1)\n"
+               "  --context-overflow error|truncate  a prompt longer than the context:\n"
+               "                     refuse it (default) or keep its most recent tokens\n"
+               "  --mem-report       print the memory planned and held, by part, after\n"
+               "                     loading and at the end\n");
 }
 
 int cli_engine_option(int argc, char **argv, int *i, cli_engine_opts *o) {
@@ -44,6 +80,7 @@ int cli_engine_option(int argc, char **argv, int *i, cli_engine_opts *o) {
             cli_error("--weights: unknown type '%s'", v);
             return -1;
         }
+        o->weights_given = true;
     } else if (strcmp(a, "--device") == 0) {
         if (!cli_value(argc, argv, i, &v))
             return -1;
@@ -76,6 +113,34 @@ int cli_engine_option(int argc, char **argv, int *i, cli_engine_opts *o) {
         }
     } else if (strcmp(a, "--exact") == 0) {
         o->ep.exact_matmul = true;
+    } else if (strcmp(a, "--mem-report") == 0) {
+        o->mem_report = true;
+    } else if (strcmp(a, "--mem") == 0) {
+        if (!cli_value(argc, argv, i, &o->mem))
+            return -1;
+    } else if (strcmp(a, "--parallel") == 0) {
+        if (!cli_int(argc, argv, i, 1, 4096, &n))
+            return -1;
+        o->ep.n_seq_max = (int32_t)n;
+    } else if (strcmp(a, "--context-overflow") == 0) {
+        if (!cli_value(argc, argv, i, &v))
+            return -1;
+        if (strcmp(v, "truncate") == 0)
+            o->ep.truncate_prompt = true;
+        else if (strcmp(v, "error") == 0)
+            o->ep.truncate_prompt = false;
+        else {
+            cli_error("--context-overflow: '%s' is not error or truncate", v);
+            return -1;
+        }
+    } else if (strcmp(a, "--dtype") == 0 && !o->dtype_list) {
+        if (!cli_value(argc, argv, i, &v))
+            return -1;
+        if (!hr_dtype_from_name(v, &o->ep.dtype) ||
+            (o->ep.dtype != HR_DTYPE_BF16 && o->ep.dtype != HR_DTYPE_F16)) {
+            cli_error("--dtype: '%s' is not bf16 or f16", v);
+            return -1;
+        }
     } else {
         return 0;
     }
@@ -87,4 +152,32 @@ hr_status cli_load_model(const cli_engine_opts *o, hr_model **m, hr_error *err) 
     if (o->synthetic)
         return hr_model_synthetic(o->synthetic, o->weights, &mp, m, err);
     return hr_model_load(o->model, &mp, m, err);
+}
+
+bool cli_budget(cli_engine_opts *o) {
+    if (!o->mem)
+        return true;
+    hr_error err;
+    uint64_t free_b = 0, total_b = 0;
+    size_t n = strlen(o->mem);
+    if (n > 0 && o->mem[n - 1] == '%') { /* a share of the device: its size is needed */
+        hr_device d = o->ep.device;
+        if (d == HR_DEVICE_AUTO)
+            d = HR_DEVICE_CUDA;
+        if (hr_device_memory(d, &free_b, &total_b, &err) != HR_OK &&
+            (d != HR_DEVICE_CUDA ||
+             hr_device_memory(HR_DEVICE_CPU, &free_b, &total_b, &err) != HR_OK)) {
+            cli_error("--mem %s: %s", o->mem, err.msg);
+            return false;
+        }
+    }
+    if (hr_parse_size(o->mem, total_b, &o->ep.mem_budget, &err) != HR_OK) {
+        cli_error("--mem: %s", err.msg);
+        return false;
+    }
+    if (o->ep.mem_budget == 0) {
+        cli_error("--mem: the budget must be more than 0 bytes");
+        return false;
+    }
+    return true;
 }

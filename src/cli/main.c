@@ -18,6 +18,7 @@ static const command commands[] = {
     {"perplexity", cmd_perplexity, "score a text file"},
     {"bench", cmd_bench, "time to first token, prefill and decode speed, peak memory"},
     {"tokenize", cmd_tokenize, "print the token ids of stdin"},
+    {"plan", cmd_plan, "the memory a model needs, by part, and whether it fits"},
     {"inspect", cmd_inspect, "print a model's architecture, tensors and memory needs"},
     {"convert", cmd_convert, "write a model as a GGUF file (f16, bf16, q8_0, ...)"},
 };

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 double engine_now_ms(void) {
     struct timespec ts;
@@ -42,7 +43,8 @@ hr_engine_params hr_engine_params_default(void) {
                               .n_seq_max = 1,
                               .n_batch = 512,
                               .kv_block_size = 16,
-                              .kv_dtype = HR_DTYPE_F32};
+                              .kv_dtype = HR_DTYPE_COUNT,
+                              .dtype = HR_DTYPE_BF16};
 }
 
 hr_sampling_params hr_sampling_params_default(void) {
@@ -89,11 +91,13 @@ void hr_engine_free(hr_engine *e) {
     hr_free(e->out_req);
     hr_free(e->logits);
     hr_free(e->cand);
+    hr_free(e->samples);
+    hr_free(e->out_tokens);
     hr_free(e->text);
     hr_free(e);
 }
 
-static hr_status pick_device(const hr_engine_params *p, hr_device *out, hr_error *err) {
+hr_status pick_device(const hr_engine_params *p, hr_device *out, hr_error *err) {
     hr_device d = p->device;
     if (d == HR_DEVICE_AUTO)
         d = engine_cuda_available() ? HR_DEVICE_CUDA : HR_DEVICE_CPU;
@@ -120,25 +124,107 @@ static int32_t longest_piece(const hr_tokenizer *tok) {
     return 3 * (longest + 3); /* invalid bytes come out as 3-byte U+FFFD */
 }
 
-hr_status hr_engine_create(const hr_model *m, const hr_engine_params *params, hr_engine **out,
-                           hr_error *err) {
+/* Fills in the defaults that depend on the device and the model: the
+ * device, the KV type, the thread count. n_ctx stays 0 (the planner picks). */
+hr_status engine_resolve(const hr_model *m, const hr_engine_params *params, bool need_device,
+                         hr_engine_params *out, hr_error *err) {
     hr_engine_params p = params ? *params : hr_engine_params_default();
     const hr_model_info *in = &m->info;
     if (!m->layers)
-        return hr_err_set(err, HR_ERR_INVALID, "%s: loaded without weights (vocab only)",
+        return hr_err_set(err, HR_ERR_INVALID, "%s: loaded without its tensors (vocab only)",
                           m->path);
-    if (p.n_ctx <= 0)
-        p.n_ctx = in->n_ctx_train;
-    if (p.n_ctx > in->n_ctx_train)
-        HR_LOG_W("context %d is longer than the model was trained for (%d)", p.n_ctx,
-                 in->n_ctx_train);
-    if (p.n_seq_max <= 0 || p.n_batch <= 0 || p.kv_block_size <= 0 || p.n_ctx > (1 << 24) ||
-        p.n_seq_max > 4096 || p.kv_block_size > 4096)
+    if (p.n_ctx < 0 || p.n_seq_max <= 0 || p.n_batch <= 0 || p.kv_block_size <= 0 ||
+        p.n_ctx > (1 << 24) || p.n_seq_max > 4096 || p.kv_block_size > 4096 ||
+        p.n_batch > (1 << 20))
         return hr_err_set(err, HR_ERR_INVALID,
                           "engine: bad parameters (ctx %d, sequences %d, batch %d, block %d)",
                           p.n_ctx, p.n_seq_max, p.n_batch, p.kv_block_size);
-    hr_device dev = HR_DEVICE_CPU;
-    HR_TRY(pick_device(&p, &dev, err));
+    if (p.dtype != HR_DTYPE_BF16 && p.dtype != HR_DTYPE_F16)
+        return hr_err_set(err, HR_ERR_INVALID, "engine: compute type %s (bf16 or f16)",
+                          hr_dtype_name(p.dtype));
+    if (need_device || p.device == HR_DEVICE_AUTO)
+        HR_TRY(pick_device(&p, &p.device, err));
+    if (p.kv_dtype == HR_DTYPE_COUNT)
+        p.kv_dtype = p.device == HR_DEVICE_CUDA ? p.dtype : HR_DTYPE_F32;
+    if (p.n_threads <= 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        p.n_threads = cores > 0 ? (int32_t)cores : 1;
+    }
+    if (p.n_ctx > in->n_ctx_train)
+        HR_LOG_W("context %d is longer than the model was trained for (%d)", p.n_ctx,
+                 in->n_ctx_train);
+    *out = p;
+    return HR_OK;
+}
+
+void engine_config(const hr_model *m, const hr_engine_params *p, be_config *cfg,
+                   be_params *bp) {
+    const int32_t max_blocks = (p->n_ctx + p->kv_block_size - 1) / p->kv_block_size;
+    *cfg = (be_config){.max_rows = p->n_batch,
+                       .max_out = p->logits_all ? p->n_batch : p->n_seq_max,
+                       .n_seq_max = p->n_seq_max,
+                       .max_blocks_per_seq = max_blocks,
+                       .n_block = max_blocks * p->n_seq_max,
+                       .block_size = p->kv_block_size,
+                       .kv_dtype = p->kv_dtype,
+                       .rope_inv_freq = m->rope_inv_freq};
+    *bp = (be_params){.n_threads = p->n_threads,
+                      .exact_matmul = p->exact_matmul,
+                      .compute = p->dtype,
+                      .attn_naive = p->attn_naive,
+                      .no_graphs = p->no_graphs,
+                      .progress = p->progress,
+                      .skip_upload = p->skip_upload};
+}
+
+static const char *gib(uint64_t n, char *buf, size_t cap) {
+    snprintf(buf, cap, "%.2f GiB", (double)n / (double)(1ull << 30));
+    return buf;
+}
+
+hr_status hr_engine_create(const hr_model *m, const hr_engine_params *params, hr_engine **out,
+                           hr_error *err) {
+    const hr_model_info *in = &m->info;
+    hr_engine_params p;
+    HR_TRY(engine_resolve(m, params, true, &p, err));
+
+    /* the plan first: refused here, before a byte is allocated, if it does
+     * not fit; with no --ctx, the largest context that fits */
+    hr_plan plan;
+    HR_TRY(hr_plan_compute(m, &p, &plan, err));
+    char b[4][32];
+    if (p.n_ctx == 0) {
+        if (plan.fits)
+            HR_LOG_I("context: %d tokens, the most that fits in %s%s", plan.n_ctx,
+                     gib(plan.budget, b[0], 32),
+                     plan.n_ctx == in->n_ctx_train ? " (the model's own limit)" : "");
+        p.n_ctx = plan.n_ctx;
+    }
+    if (!plan.fits) {
+        char hint[256] = "";
+        if (plan.fit_max_ctx > 0)
+            snprintf(hint, sizeof hint, "; --ctx %d fits", plan.fit_max_ctx);
+        else if (plan.fit_max_parallel > 0)
+            snprintf(hint, sizeof hint, "; --parallel %d fits", plan.fit_max_parallel);
+        return hr_err_set(err, HR_ERR_NO_FIT,
+                          "planning (before loading weights): %s needed, budget %s: weights %s, "
+                          "KV cache %s (%d x %d tokens), the rest %s%s",
+                          gib(plan.total, b[0], 32), gib(plan.budget, b[1], 32),
+                          gib(plan.weights + plan.weights_mapped, b[2], 32),
+                          gib(plan.kv, b[3], 32), p.n_seq_max, p.n_ctx,
+                          gib(plan.total - plan.weights - plan.weights_mapped - plan.kv, b[0],
+                              32),
+                          hint);
+    }
+    hr_device dev = p.device;
+    be_config cfg;
+    be_params bp;
+    engine_config(m, &p, &cfg, &bp);
+    /* the backend takes what the plan says and not a byte more */
+    if (dev == HR_DEVICE_CUDA)
+        bp.arena_bytes = plan.weights + plan.kv + plan.activations + plan.workspace;
+    else
+        bp.host_cap = plan.weights + plan.kv + plan.activations + plan.workspace;
 
     hr_engine *e = hr_calloc(1, sizeof *e);
     if (!e)
@@ -146,20 +232,13 @@ hr_status hr_engine_create(const hr_model *m, const hr_engine_params *params, hr
     e->model = m;
     e->tok = m->tok;
     e->p = p;
+    e->plan = plan;
     e->n_ctx = p.n_ctx;
     e->device = dev;
     hr_status s;
-    const int32_t max_blocks = (p.n_ctx + p.kv_block_size - 1) / p.kv_block_size;
-    const int32_t max_rows = p.n_batch;
-    const int32_t max_out = p.logits_all ? p.n_batch : p.n_seq_max;
-    be_config cfg = {.max_rows = max_rows,
-                     .max_out = max_out,
-                     .n_seq_max = p.n_seq_max,
-                     .max_blocks_per_seq = max_blocks,
-                     .n_block = max_blocks * p.n_seq_max,
-                     .block_size = p.kv_block_size,
-                     .kv_dtype = p.kv_dtype};
-    be_params bp = {.n_threads = p.n_threads, .exact_matmul = p.exact_matmul};
+    const int32_t max_blocks = cfg.max_blocks_per_seq;
+    const int32_t max_rows = cfg.max_rows;
+    const int32_t max_out = cfg.max_out;
     if (dev == HR_DEVICE_CUDA)
         s = engine_cuda_backend_create(in, &bp, &e->be, err);
     else
@@ -182,11 +261,13 @@ hr_status hr_engine_create(const hr_model *m, const hr_engine_params *params, hr
     e->out_req = hr_calloc((size_t)max_out, sizeof(int32_t));
     e->logits = hr_calloc((size_t)max_out * (size_t)in->n_vocab, sizeof(float));
     e->cand = hr_calloc((size_t)in->n_vocab, sizeof(sampler_cand));
+    e->samples = hr_calloc((size_t)max_out, sizeof(be_sample));
+    e->out_tokens = hr_calloc((size_t)max_out, sizeof(int32_t));
     e->text = hr_malloc(e->text_cap);
     e->cap_reqs = p.n_seq_max * 4 + 16;
     e->reqs = hr_calloc((size_t)e->cap_reqs, sizeof *e->reqs);
     if (!e->tokens || !e->pos || !e->slot || !e->segs || !e->out_rows || !e->out_req ||
-        !e->logits || !e->cand || !e->text || !e->reqs) {
+        !e->logits || !e->cand || !e->text || !e->reqs || !e->samples || !e->out_tokens) {
         s = hr_err_set(err, HR_ERR_NOMEM, "engine: out of memory for step buffers");
         goto fail;
     }
@@ -202,6 +283,29 @@ int32_t hr_engine_n_ctx(const hr_engine *e) { return e->n_ctx; }
 
 const char *hr_engine_device_name(const hr_engine *e) {
     return e->device == HR_DEVICE_CUDA ? "cuda" : "cpu";
+}
+
+const char *hr_engine_device_desc(const hr_engine *e) {
+    return e->device == HR_DEVICE_CUDA ? engine_cuda_device_name() : engine_cpu_name();
+}
+
+void hr_engine_plan(const hr_engine *e, hr_plan *out) { *out = e->plan; }
+
+void hr_engine_memory(const hr_engine *e, hr_memory_report *out) {
+    be_memory m = {0};
+    e->be->ops->memory(e->be, &m);
+    *out = (hr_memory_report){.weights = m.weights,
+                              .kv = m.kv,
+                              .activations = m.activations,
+                              .workspace = m.workspace,
+                              .graphs = m.graphs,
+                              .runtime = m.runtime,
+                              .device_total = m.device_total,
+                              .device_free = m.device_free,
+                              .upload_seconds = m.upload_seconds,
+                              .upload_bytes = m.weights,
+                              .host_rss = engine_host_rss()};
+    out->total = m.weights + m.kv + m.activations + m.workspace + m.graphs + m.runtime;
 }
 
 int32_t hr_engine_n_active(const hr_engine *e) { return e->n_reqs; }
@@ -375,7 +479,20 @@ hr_status hr_engine_step(hr_engine *e, hr_event *events, int32_t cap, int32_t *n
                           "the number of parallel sequences)",
                           e->step.n_out, cap - *n_events);
 
-    hr_status s = llama_forward(e->lm, &e->step, e->logits, err);
+    /* sample on the device when it can and no request needs the host sampler
+     * (the repetition penalty looks at each request's history) */
+    bool device_sampling = e->be->ops->can_sample;
+    for (int32_t o = 0; o < e->step.n_out && device_sampling; o++) {
+        const engine_request *r = engine_find(e, e->out_req[o]);
+        const hr_sampling_params *sp = &r->params;
+        device_sampling = sp->repeat_penalty == 1.0f;
+        e->samples[o] = (be_sample){.temperature = sp->temperature, .top_k = sp->top_k,
+                                    .top_p = sp->top_p, .min_p = sp->min_p, .seed = sp->seed,
+                                    .step = (uint64_t)r->n_gen};
+    }
+    e->step.device_sample = device_sampling;
+    hr_status s = llama_forward(e->lm, &e->step, e->logits, device_sampling ? e->samples : NULL,
+                                e->out_tokens, err);
     if (s != HR_OK) {
         /* a failed step fails the requests in it; the engine keeps serving */
         for (int32_t i = 0; i < e->n_reqs; i++)
@@ -390,8 +507,9 @@ hr_status hr_engine_step(hr_engine *e, hr_event *events, int32_t cap, int32_t *n
     for (int32_t o = 0; o < e->step.n_out; o++) {
         engine_request *r = engine_find(e, e->out_req[o]);
         HR_ASSERT(r != NULL);
-        float *row = e->logits + (int64_t)o * V;
-        int32_t tok = sampler_sample(&r->smp, row, V, e->cand);
+        int32_t tok = device_sampling
+                          ? e->out_tokens[o]
+                          : sampler_sample(&r->smp, e->logits + (int64_t)o * V, V, e->cand);
         accept_token(e, r, tok, &events[(*n_events)++]);
     }
     drop_reported(e);
@@ -424,7 +542,7 @@ hr_status hr_engine_score(hr_engine *e, const int32_t *tokens, int32_t n, double
         /* the last token is only a target: feed tokens 0 .. n-2 */
         r.n_tokens = n - 1;
         add_rows(e, &r, e->p.n_batch, true);
-        s = llama_forward(e->lm, &e->step, e->logits, err);
+        s = llama_forward(e->lm, &e->step, e->logits, NULL, NULL, err);
         if (s != HR_OK)
             break;
         for (int32_t o = 0; o < e->step.n_out; o++) {

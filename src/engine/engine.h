@@ -47,6 +47,7 @@ struct hr_engine {
     const hr_model *model;
     const hr_tokenizer *tok;
     hr_engine_params p;
+    hr_plan plan;                 /* what was planned (and taken) at create */
     hr_device device;
     int32_t n_ctx;
     hr_backend *be;
@@ -60,6 +61,8 @@ struct hr_engine {
     int32_t max_out;
     float *logits;                /* (max_out, V) */
     sampler_cand *cand;           /* (V) */
+    be_sample *samples;           /* (max_out) device sampling parameters */
+    int32_t *out_tokens;          /* (max_out) tokens the device sampled */
     char *text;                   /* event text of the current step */
     size_t text_len, text_cap;
     int32_t max_piece;
@@ -70,6 +73,15 @@ struct hr_engine {
 };
 
 double engine_now_ms(void);
+/* Device choice, KV type, thread count: the defaults that depend on the
+ * machine and the model. n_ctx stays as given (0: the planner picks).
+ * need_device false lets a plan name cuda on a machine without a GPU. */
+hr_status engine_resolve(const hr_model *m, const hr_engine_params *params, bool need_device,
+                         hr_engine_params *out, hr_error *err);
+hr_status pick_device(const hr_engine_params *p, hr_device *out, hr_error *err);
+/* The backend configuration of resolved parameters (n_ctx > 0): what both
+ * hr_engine_create and the planner use. */
+void engine_config(const hr_model *m, const hr_engine_params *p, be_config *cfg, be_params *bp);
 engine_request *engine_find(hr_engine *e, int32_t id);
 bool engine_is_eos(const hr_engine *e, int32_t token);
 void engine_request_free(engine_request *r);
@@ -80,9 +92,15 @@ void engine_request_free(engine_request *r);
 int32_t engine_request_text(engine_request *r, int32_t token, bool flush);
 
 /* CUDA glue (engine_cuda.c): whether the backend is built in and a device
- * is present, and why not. */
+ * is present, and why not; the device's name. */
 bool engine_cuda_available(void);
 const char *engine_cuda_why_not(void);
+const char *engine_cuda_device_name(void);
+/* Free and total memory of CUDA device 0. */
+hr_status engine_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err);
+/* The CPU's model name (/proc/cpuinfo) and the process's resident bytes. */
+const char *engine_cpu_name(void);
+uint64_t engine_host_rss(void);
 hr_status engine_cuda_backend_create(const hr_model_info *info, const be_params *p,
                                      hr_backend **out, hr_error *err);
 

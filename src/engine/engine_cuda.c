@@ -11,6 +11,12 @@ bool engine_cuda_available(void) { return cuda_device_count() > 0; }
 
 const char *engine_cuda_why_not(void) { return cuda_why_not(); }
 
+const char *engine_cuda_device_name(void) { return cuda_device_name(); }
+
+hr_status engine_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err) {
+    return cuda_memory(free_bytes, total_bytes, err);
+}
+
 hr_status engine_cuda_backend_create(const hr_model_info *info, const be_params *p,
                                      hr_backend **out, hr_error *err) {
     return backend_cuda_create(info, p, out, err);
@@ -20,6 +26,15 @@ bool engine_cuda_available(void) { return false; }
 
 const char *engine_cuda_why_not(void) {
     return "headroom was built without the CUDA backend (no nvcc at build time)";
+}
+
+const char *engine_cuda_device_name(void) { return "none"; }
+
+hr_status engine_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err) {
+    (void)free_bytes;
+    (void)total_bytes;
+    return hr_err_set(err, HR_ERR_UNSUPPORTED, "%s; give the budget with --mem",
+                      engine_cuda_why_not());
 }
 
 hr_status engine_cuda_backend_create(const hr_model_info *info, const be_params *p,

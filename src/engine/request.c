@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 
 #include "util/alloc.h"
+#include "util/log.h"
 
 #include <string.h>
 
@@ -48,10 +49,22 @@ hr_status hr_engine_add(hr_engine *e, const int32_t *prompt, int32_t n_prompt,
     const int32_t V = e->model->info.n_vocab;
     if (n_prompt < 1)
         return hr_err_set(err, HR_ERR_INVALID, "request: the prompt is empty");
+    if (n_prompt >= e->n_ctx && e->p.truncate_prompt) {
+        /* keep the most recent tokens, with room for the new ones asked for
+         * (at least one): the beginning is what gets forgotten */
+        int32_t keep = e->n_ctx - (p.max_tokens > 0 && p.max_tokens < e->n_ctx / 2
+                                       ? p.max_tokens
+                                       : 1);
+        HR_LOG_W("request: the prompt has %d tokens, the context %d: keeping the last %d",
+                 n_prompt, e->n_ctx, keep);
+        prompt += n_prompt - keep;
+        n_prompt = keep;
+    }
     if (n_prompt >= e->n_ctx)
         return hr_err_set(err, HR_ERR_NO_FIT,
                           "request: the prompt has %d tokens but the context holds %d (%d "
-                          "prompt tokens at most, to leave room for one new token)",
+                          "prompt tokens at most, to leave room for one new token; "
+                          "--context-overflow truncate keeps the most recent)",
                           n_prompt, e->n_ctx, e->n_ctx - 1);
     for (int32_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= V)

@@ -24,6 +24,7 @@
  */
 #include "model/llama.h"
 
+#include "memory/sizes.h"
 #include "util/alloc.h"
 
 #include <string.h>
@@ -41,7 +42,8 @@ struct llama {
     be_vector *output_norm;
     llama_layer *layers;
     be_tensor x;      /* (B, D) residual stream */
-    be_tensor xb;     /* (B, D) normalised input of the next matmul, or a projection */
+    be_tensor xb;     /* (B, D) normalised input of the next matmul */
+    be_tensor xp;     /* (B, D) output of the o and down projections */
     be_tensor qkv;    /* (B, (H + 2 Hkv) Dh) */
     be_tensor att;    /* (B, H Dh) */
     be_tensor gu;     /* (B, 2F) */
@@ -55,6 +57,101 @@ void llama_free(llama *lm) {
         return;
     hr_free(lm->layers);
     hr_free(lm);
+}
+
+/* ---- what the forward pass needs from a backend, listed once: llama_create
+ * allocates these, llama_plan adds up their sizes (memory/sizes.h) */
+
+typedef struct {
+    const model_tensor *parts[3];
+    const model_tensor *biases[3]; /* NULL entries: no bias */
+    int n_parts;
+    be_weight **slot;              /* where llama_create keeps it (NULL in a plan) */
+} weight_spec;
+
+typedef struct {
+    const model_tensor *t;
+    be_vector **slot;
+} vector_spec;
+
+typedef struct {
+    int64_t rows, cols;
+    bool matmul_input;
+    be_tensor *slot;
+} tensor_spec;
+
+/* Calls fw for each weight and fv for each norm vector, in creation order. */
+static hr_status each_weight(const hr_model *m, llama *lm,
+                             hr_status (*fw)(void *ctx, const weight_spec *w),
+                             hr_status (*fv)(void *ctx, const vector_spec *v), void *ctx) {
+    const hr_model_info *in = &m->info;
+    weight_spec w = {.parts = {m->tok_embd}, .n_parts = 1, .slot = lm ? &lm->tok_embd : NULL};
+    HR_TRY(fw(ctx, &w));
+    if (m->output != m->tok_embd) { /* tied: the embedding serves as the head */
+        w = (weight_spec){.parts = {m->output}, .n_parts = 1, .slot = lm ? &lm->output : NULL};
+        HR_TRY(fw(ctx, &w));
+    }
+    vector_spec v = {.t = m->output_norm, .slot = lm ? &lm->output_norm : NULL};
+    HR_TRY(fv(ctx, &v));
+    for (int32_t l = 0; l < in->n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+        llama_layer *W = lm ? &lm->layers[l] : NULL;
+        vector_spec vs[2] = {{L->attn_norm, W ? &W->attn_norm : NULL},
+                             {L->ffn_norm, W ? &W->ffn_norm : NULL}};
+        weight_spec ws[4] = {
+            {.parts = {L->wq, L->wk, L->wv}, .n_parts = 3, .slot = W ? &W->wqkv : NULL},
+            {.parts = {L->wo}, .n_parts = 1, .slot = W ? &W->wo : NULL},
+            {.parts = {L->w_gate, L->w_up}, .n_parts = 2, .slot = W ? &W->w_gate_up : NULL},
+            {.parts = {L->w_down}, .n_parts = 1, .slot = W ? &W->w_down : NULL}};
+        if (in->qkv_bias) {
+            ws[0].biases[0] = L->bq;
+            ws[0].biases[1] = L->bk;
+            ws[0].biases[2] = L->bv;
+        }
+        for (int i = 0; i < 2; i++)
+            HR_TRY(fv(ctx, &vs[i]));
+        for (int i = 0; i < 4; i++)
+            HR_TRY(fw(ctx, &ws[i]));
+    }
+    return HR_OK;
+}
+
+/* The activations, sized for the largest step (B rows, n_out outputs). */
+static int tensor_specs(const hr_model_info *in, const be_config *cfg, llama *lm,
+                        tensor_spec out[9]) {
+    const int64_t B = cfg->max_rows, D = in->n_embd, Dh = in->head_dim;
+    const int64_t qkv_cols = ((int64_t)in->n_head + 2 * (int64_t)in->n_head_kv) * Dh;
+    tensor_spec t[9] = {
+        {B, D, false, lm ? &lm->x : NULL},
+        {B, D, true, lm ? &lm->xb : NULL},
+        {B, D, false, lm ? &lm->xp : NULL},
+        {B, qkv_cols, false, lm ? &lm->qkv : NULL},
+        {B, (int64_t)in->n_head * Dh, true, lm ? &lm->att : NULL},
+        {B, 2 * (int64_t)in->n_ff, false, lm ? &lm->gu : NULL},
+        {B, in->n_ff, true, lm ? &lm->h : NULL},
+        {cfg->max_out, D, true, lm ? &lm->xo : NULL},
+        {cfg->max_out, in->n_vocab, false, lm ? &lm->logits : NULL},
+    };
+    memcpy(out, t, sizeof t);
+    return 9;
+}
+
+typedef struct {
+    hr_backend *be;
+    hr_error *err;
+} create_ctx;
+
+static hr_status create_weight(void *ctx, const weight_spec *w) {
+    create_ctx *c = ctx;
+    const model_tensor *const *biases = w->biases[0] || w->biases[1] || w->biases[2]
+                                            ? w->biases
+                                            : NULL;
+    return c->be->ops->weight_create(c->be, w->parts, biases, w->n_parts, w->slot, c->err);
+}
+
+static hr_status create_vector(void *ctx, const vector_spec *v) {
+    create_ctx *c = ctx;
+    return c->be->ops->vector_create(c->be, v->t, v->slot, c->err);
 }
 
 hr_status llama_create(const hr_model *m, hr_backend *be, const be_config *cfg, llama **out,
@@ -73,49 +170,21 @@ hr_status llama_create(const hr_model *m, hr_backend *be, const be_config *cfg, 
     lm->model = m;
     lm->be = be;
     lm->cfg = *cfg;
+    lm->cfg.rope_inv_freq = m->rope_inv_freq;
 
     /* weights first: the backend sizes its matmul workspace from them */
-    const model_tensor *one[1];
-    one[0] = m->tok_embd;
-    if ((s = ops->weight_create(be, one, NULL, 1, &lm->tok_embd, err)) != HR_OK)
+    create_ctx cc = {be, err};
+    if ((s = each_weight(m, lm, create_weight, create_vector, &cc)) != HR_OK)
         goto fail;
-    if (m->output == m->tok_embd) {
+    if (m->output == m->tok_embd)
         lm->output = lm->tok_embd;
-    } else {
-        one[0] = m->output;
-        if ((s = ops->weight_create(be, one, NULL, 1, &lm->output, err)) != HR_OK)
+    tensor_spec ts[9];
+    int n_ts = tensor_specs(in, cfg, lm, ts);
+    for (int i = 0; i < n_ts; i++)
+        if ((s = ops->tensor_alloc(be, ts[i].rows, ts[i].cols, ts[i].matmul_input, ts[i].slot,
+                                   err)) != HR_OK)
             goto fail;
-    }
-    if ((s = ops->vector_create(be, m->output_norm, &lm->output_norm, err)) != HR_OK)
-        goto fail;
-    for (int32_t l = 0; l < in->n_layer; l++) {
-        const model_layer *L = &m->layers[l];
-        llama_layer *W = &lm->layers[l];
-        const model_tensor *qkv[3] = {L->wq, L->wk, L->wv};
-        const model_tensor *qkv_bias[3] = {L->bq, L->bk, L->bv};
-        const model_tensor *gate_up[2] = {L->w_gate, L->w_up};
-        if ((s = ops->vector_create(be, L->attn_norm, &W->attn_norm, err)) != HR_OK ||
-            (s = ops->vector_create(be, L->ffn_norm, &W->ffn_norm, err)) != HR_OK ||
-            (s = ops->weight_create(be, qkv, in->qkv_bias ? qkv_bias : NULL, 3, &W->wqkv,
-                                    err)) != HR_OK ||
-            (s = ops->weight_create(be, &L->wo, NULL, 1, &W->wo, err)) != HR_OK ||
-            (s = ops->weight_create(be, gate_up, NULL, 2, &W->w_gate_up, err)) != HR_OK ||
-            (s = ops->weight_create(be, &L->w_down, NULL, 1, &W->w_down, err)) != HR_OK)
-            goto fail;
-    }
-
-    /* activations, sized for the largest step */
-    const int64_t B = cfg->max_rows, D = in->n_embd, Dh = in->head_dim;
-    const int64_t qkv_cols = ((int64_t)in->n_head + 2 * (int64_t)in->n_head_kv) * Dh;
-    if ((s = ops->tensor_alloc(be, B, D, &lm->x, err)) != HR_OK ||
-        (s = ops->tensor_alloc(be, B, D, &lm->xb, err)) != HR_OK ||
-        (s = ops->tensor_alloc(be, B, qkv_cols, &lm->qkv, err)) != HR_OK ||
-        (s = ops->tensor_alloc(be, B, (int64_t)in->n_head * Dh, &lm->att, err)) != HR_OK ||
-        (s = ops->tensor_alloc(be, B, 2 * (int64_t)in->n_ff, &lm->gu, err)) != HR_OK ||
-        (s = ops->tensor_alloc(be, B, in->n_ff, &lm->h, err)) != HR_OK ||
-        (s = ops->tensor_alloc(be, cfg->max_out, D, &lm->xo, err)) != HR_OK ||
-        (s = ops->tensor_alloc(be, cfg->max_out, in->n_vocab, &lm->logits, err)) != HR_OK ||
-        (s = ops->kv_alloc(be, cfg, err)) != HR_OK)
+    if ((s = ops->kv_alloc(be, &lm->cfg, err)) != HR_OK)
         goto fail;
     *out = lm;
     return HR_OK;
@@ -124,7 +193,46 @@ fail:
     return s;
 }
 
-hr_status llama_forward(llama *lm, const hr_step *step, float *logits, hr_error *err) {
+typedef struct {
+    sizes_device d;
+    uint64_t weights;
+    int64_t max_k;
+} plan_ctx;
+
+static hr_status plan_weight(void *ctx, const weight_spec *w) {
+    plan_ctx *p = ctx;
+    const model_tensor *const *biases = w->biases[0] || w->biases[1] || w->biases[2]
+                                            ? w->biases
+                                            : NULL;
+    p->weights += sizes_weight(p->d, w->parts, biases, w->n_parts);
+    p->max_k = w->parts[0]->ne[0] > p->max_k ? w->parts[0]->ne[0] : p->max_k;
+    return HR_OK;
+}
+
+static hr_status plan_vector(void *ctx, const vector_spec *v) {
+    plan_ctx *p = ctx;
+    p->weights += sizes_vector(p->d, v->t);
+    return HR_OK;
+}
+
+void llama_plan(const hr_model *m, sizes_device d, const be_params *bp, const be_config *cfg,
+                be_memory *out) {
+    const hr_model_info *in = &m->info;
+    plan_ctx pc = {.d = d};
+    each_weight(m, NULL, plan_weight, plan_vector, &pc); /* the callbacks never fail */
+    tensor_spec ts[9];
+    int n_ts = tensor_specs(in, cfg, NULL, ts);
+    uint64_t act = 0;
+    for (int i = 0; i < n_ts; i++)
+        act += sizes_tensor(d, ts[i].rows, ts[i].cols, ts[i].matmul_input);
+    *out = (be_memory){.weights = pc.weights,
+                       .kv = sizes_kv(d, in, cfg),
+                       .activations = act,
+                       .workspace = sizes_workspace(d, bp, in, cfg, pc.max_k)};
+}
+
+hr_status llama_forward(llama *lm, const hr_step *step, float *logits, const be_sample *samples,
+                        int32_t *tokens, hr_error *err) {
     const hr_model *m = lm->model;
     const hr_model_info *in = &m->info;
     hr_backend *be = lm->be;
@@ -143,20 +251,20 @@ hr_status llama_forward(llama *lm, const hr_step *step, float *logits, hr_error 
                   in->head_dim);
         ops->kv_store(be, l, &lm->qkv);
         ops->attention(be, l, &lm->att, &lm->qkv);
-        ops->matmul(be, &lm->xb, &lm->att, W->wo, B);
-        ops->add_rmsnorm(be, &lm->x, &lm->xb, &lm->xb, W->ffn_norm, eps);
+        ops->matmul(be, &lm->xp, &lm->att, W->wo, B);
+        ops->add_rmsnorm(be, &lm->x, &lm->xp, &lm->xb, W->ffn_norm, eps);
         /* MLP block */
         ops->matmul(be, &lm->gu, &lm->xb, W->w_gate_up, B);
         ops->swiglu(be, &lm->h, &lm->gu);
-        ops->matmul(be, &lm->xb, &lm->h, W->w_down, B);
+        ops->matmul(be, &lm->xp, &lm->h, W->w_down, B);
         const be_vector *next =
             l + 1 < in->n_layer ? lm->layers[l + 1].attn_norm : lm->output_norm;
-        ops->add_rmsnorm(be, &lm->x, &lm->xb, &lm->xb, next, eps);
+        ops->add_rmsnorm(be, &lm->x, &lm->xp, &lm->xb, next, eps);
     }
     /* logits only for the rows that want them (the last of each prompt chunk) */
     if (step->n_out > 0) {
         ops->gather_rows(be, &lm->xo, &lm->xb);
         ops->matmul(be, &lm->logits, &lm->xo, lm->output, step->n_out);
     }
-    return ops->end_step(be, &lm->logits, step->n_out > 0 ? logits : NULL, err);
+    return ops->end_step(be, &lm->logits, step->n_out > 0 ? logits : NULL, samples, tokens, err);
 }

@@ -5,6 +5,7 @@
 #define HR_MODEL_LLAMA_H
 
 #include "backend/backend.h"
+#include "memory/sizes.h"
 #include "model/model.h"
 
 typedef struct llama llama;
@@ -15,7 +16,17 @@ hr_status llama_create(const hr_model *m, hr_backend *be, const be_config *cfg, 
                        hr_error *err);
 void llama_free(llama *lm);
 
-/* Runs one step. logits: (n_out, V) host floats, written when n_out > 0. */
-hr_status llama_forward(llama *lm, const hr_step *step, float *logits, hr_error *err);
+/* The bytes llama_create would have the backend allocate, by part
+ * (weights, kv, activations, workspace), without allocating anything: the
+ * same list of weights and tensors, sized by memory/sizes.h. m may be a
+ * shapes-only model (vocab_only synthetic, or tensors without data). */
+void llama_plan(const hr_model *m, sizes_device d, const be_params *bp, const be_config *cfg,
+                be_memory *out);
+
+/* Runs one step. With samples (n_out entries) on a backend that samples on
+ * the device, the chosen tokens go to tokens; otherwise logits (n_out, V)
+ * host floats are written when n_out > 0. */
+hr_status llama_forward(llama *lm, const hr_step *step, float *logits, const be_sample *samples,
+                        int32_t *tokens, hr_error *err);
 
 #endif

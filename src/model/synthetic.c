@@ -3,8 +3,9 @@
  * memory: `headroom bench --synthetic llama2-7b` measures speed without a
  * 13 GB download, and the planner reasons about shapes no one has on disk.
  *
- * Weights are random but never degenerate: floats are drawn uniform in
- * +-0.05 (about the spread of trained 7B weights); quantized blocks get
+ * Weights are random but never degenerate: 16-bit values with random sign
+ * and mantissa around 0.01 (about the spread of trained 7B weights), f32
+ * uniform in +-0.05; quantized blocks get
  * random codes and a fixed, finite scale written where each format keeps its
  * f16 scales. Norm weights are 1. Values do not affect speed, but NaNs or
  * zeros could, so neither is produced. A tokenizer can be attached
@@ -68,15 +69,30 @@ static uint64_t next_rand(uint64_t *s) {
 }
 
 static void fill(uint8_t *dst, hr_dtype t, int64_t n_elem, uint64_t *rng) {
-    if (t == HR_DTYPE_F32 || t == HR_DTYPE_F16 || t == HR_DTYPE_BF16) {
+    if (t == HR_DTYPE_F16 || t == HR_DTYPE_BF16) {
+        /* four values per random word: random sign and mantissa, exponent
+         * fixed at 2^-7 (magnitudes 0.008 to 0.016): never zero, never a NaN,
+         * and 7 billion of them in seconds */
+        uint16_t keep = t == HR_DTYPE_BF16 ? 0x807f : 0x83ff;
+        uint16_t exp = t == HR_DTYPE_BF16 ? 0x3c00 : 0x2000;
+        int64_t i = 0;
+        for (; i + 4 <= n_elem; i += 4) {
+            uint64_t r = next_rand(rng);
+            for (int k = 0; k < 4; k++) {
+                uint16_t h = (uint16_t)((uint16_t)(r >> (16 * k)) & keep) | exp;
+                memcpy(dst + 2 * (i + k), &h, 2);
+            }
+        }
+        for (; i < n_elem; i++) {
+            uint16_t h = (uint16_t)((uint16_t)next_rand(rng) & keep) | exp;
+            memcpy(dst + 2 * i, &h, 2);
+        }
+        return;
+    }
+    if (t == HR_DTYPE_F32) {
         for (int64_t i = 0; i < n_elem; i++) {
             float v = ((float)(next_rand(rng) >> 40) / 16777216.0f - 0.5f) * 0.1f;
-            if (t == HR_DTYPE_F32)
-                memcpy(dst + 4 * i, &v, 4);
-            else {
-                uint16_t h = t == HR_DTYPE_F16 ? hr_f32_to_f16(v) : hr_f32_to_bf16(v);
-                memcpy(dst + 2 * i, &h, 2);
-            }
+            memcpy(dst + 4 * i, &v, 4);
         }
         return;
     }
@@ -216,14 +232,8 @@ hr_status hr_model_synthetic(const char *shape, hr_dtype weights, const hr_model
         }
         if ((s = model_bind_tensors(m, err)) != HR_OK)
             goto fail;
-    } else {
-        /* shapes only: still count parameters and bytes */
-        for (int32_t i = 0; i < m->n_tensors; i++) {
-            in->n_params += m->tensors[i].ne[0] * m->tensors[i].ne[1];
-            in->weight_bytes += m->tensors[i].n_bytes;
-        }
-        in->n_tensors = m->n_tensors;
-        in->tie_embeddings = sh->tied;
+    } else if ((s = model_bind_tensors(m, err)) != HR_OK) {
+        goto fail; /* shapes only: bound for planning, no data behind the tensors */
     }
     if (params && params->tokenizer_path) {
         if ((s = hr_tokenizer_load(params->tokenizer_path, &m->tok, err)) != HR_OK)

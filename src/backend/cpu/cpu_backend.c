@@ -7,6 +7,7 @@
  */
 #include "backend/cpu/cpu_backend.h"
 
+#include "memory/sizes.h"
 #include "quant/quant.h"
 #include "util/alloc.h"
 #include "util/fp16.h"
@@ -16,7 +17,11 @@
 
 #define CPU_ALIGN 64 /* a cache line, and a full AVX-512 vector */
 
+/* Every allocation of the backend: counted against the planned cap (host
+ * memory is the budget on the cpu), kept for the backend's free. */
 static void *own(cpu_backend *c, size_t n_bytes) {
+    if (c->host_cap && c->owned_bytes + n_bytes > c->host_cap)
+        return NULL;
     if (c->n_owned == c->cap_owned) {
         int32_t cap = c->cap_owned ? c->cap_owned * 2 : 64;
         void **p = hr_realloc(c->owned, (size_t)cap * sizeof *p);
@@ -26,8 +31,10 @@ static void *own(cpu_backend *c, size_t n_bytes) {
         c->cap_owned = cap;
     }
     void *p = hr_malloc_aligned(n_bytes, CPU_ALIGN);
-    if (p)
+    if (p) {
         c->owned[c->n_owned++] = p;
+        c->owned_bytes += n_bytes;
+    }
     return p;
 }
 
@@ -75,6 +82,7 @@ static hr_status cpu_weight_create(hr_backend *b, const model_tensor *const *par
         w->bias = own(c, (size_t)w->n_rows * sizeof(float));
         if (!w->bias)
             return nomem(err, "a bias", (size_t)w->n_rows * sizeof(float));
+
         int64_t at = 0;
         for (int i = 0; i < n_parts; i++) {
             if (biases[i])
@@ -87,6 +95,7 @@ static hr_status cpu_weight_create(hr_backend *b, const model_tensor *const *par
     }
     if (w->k > c->matmul_max_k)
         c->matmul_max_k = w->k;
+    c->vector_bytes += sizes_weight(SIZES_CPU, parts, biases, n_parts);
     *out = w;
     return HR_OK;
 }
@@ -101,20 +110,23 @@ static hr_status cpu_vector_create(hr_backend *b, const model_tensor *t, be_vect
     v->data = own(c, (size_t)v->n * sizeof(float));
     if (!v->data)
         return nomem(err, t->name, (size_t)v->n * sizeof(float));
+    c->vector_bytes += sizes_vector(SIZES_CPU, t);
     to_f32(t, v->data, v->n);
     *out = v;
     return HR_OK;
 }
 
-static hr_status cpu_tensor_alloc(hr_backend *b, int64_t rows, int64_t cols, be_tensor *out,
-                                  hr_error *err) {
+static hr_status cpu_tensor_alloc(hr_backend *b, int64_t rows, int64_t cols, bool matmul_input,
+                                  be_tensor *out, hr_error *err) {
     cpu_backend *c = (cpu_backend *)b;
-    /* rows padded to a cache line so neighbouring rows never share one */
-    int64_t ld = (cols + 15) / 16 * 16;
+    /* every activation is f32; rows padded to a cache line so neighbouring
+     * rows never share one */
+    int64_t ld = sizes_ld(SIZES_CPU, cols);
     size_t n = (size_t)rows * (size_t)ld * sizeof(float);
     out->data = own(c, n);
     if (!out->data)
         return nomem(err, "activations", n);
+    c->activation_bytes += sizes_tensor(SIZES_CPU, rows, cols, matmul_input);
     out->cols = cols;
     out->ld = ld;
     return HR_OK;
@@ -136,6 +148,7 @@ static hr_status cpu_kv_alloc(hr_backend *b, const be_config *cfg, hr_error *err
     c->v_pool = c->k_pool ? own(c, pool) : NULL;
     if (!c->v_pool)
         return nomem(err, "the KV cache", 2 * pool);
+    c->kv_bytes = sizes_kv(SIZES_CPU, in, cfg);
 
     int nth = cpu_pool_size(c->pool);
     int64_t max_ctx = (int64_t)cfg->max_blocks_per_seq * cfg->block_size;
@@ -150,12 +163,15 @@ static hr_status cpu_kv_alloc(hr_backend *b, const be_config *cfg, hr_error *err
     if (!c->att_scratch || !c->rope_cos || !c->rope_sin || !c->row_seq)
         return nomem(err, "attention workspace", att + 2 * rope);
 
+
     /* the matmul workspace, sized for the largest K of any weight created */
     c->matmul_max_rows = cfg->max_rows > cfg->max_out ? cfg->max_rows : cfg->max_out;
     c->matmul_scratch_bytes = cpu_matmul_scratch_bytes(c->matmul_max_rows, c->matmul_max_k, nth);
     c->matmul_scratch = own(c, c->matmul_scratch_bytes);
     if (!c->matmul_scratch)
         return nomem(err, "matmul workspace", c->matmul_scratch_bytes);
+    be_params bp = {.n_threads = nth};
+    c->workspace_bytes = sizes_workspace(SIZES_CPU, &bp, in, cfg, c->matmul_max_k);
     return HR_OK;
 }
 
@@ -189,14 +205,41 @@ static void cpu_gather_rows(hr_backend *b, be_tensor *y, const be_tensor *x) {
 }
 
 static hr_status cpu_end_step(hr_backend *b, const be_tensor *logits, float *host,
-                              hr_error *err) {
+                              const be_sample *samples, int32_t *host_tokens, hr_error *err) {
     (void)err;
+    (void)samples; /* the cpu never samples here: the engine samples the logits */
+    (void)host_tokens;
     cpu_backend *c = (cpu_backend *)b;
     if (host)
         for (int32_t i = 0; i < c->step->n_out; i++)
             memcpy(host + (int64_t)i * logits->cols, (const float *)logits->data + i * logits->ld,
                    (size_t)logits->cols * sizeof(float));
     c->step = NULL;
+    return HR_OK;
+}
+
+/* Weights stay in the model's mapping (counted by the model, not here);
+ * what the backend holds is norms, biases, activations, KV and workspaces. */
+static void cpu_memory(const hr_backend *b, be_memory *out) {
+    const cpu_backend *c = (const cpu_backend *)b;
+    *out = (be_memory){.weights = c->vector_bytes, .kv = c->kv_bytes,
+                       .activations = c->activation_bytes, .workspace = c->workspace_bytes};
+}
+
+static hr_status cpu_write_tensor(hr_backend *b, be_tensor *t, bool matmul_input, int64_t rows,
+                                  const float *host, hr_error *err) {
+    (void)b, (void)matmul_input, (void)err;
+    for (int64_t r = 0; r < rows; r++)
+        memcpy((float *)t->data + r * t->ld, host + r * t->cols, (size_t)t->cols * sizeof(float));
+    return HR_OK;
+}
+
+static hr_status cpu_read_tensor(hr_backend *b, const be_tensor *t, bool matmul_input,
+                                 int64_t rows, float *host, hr_error *err) {
+    (void)b, (void)matmul_input, (void)err;
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(host + r * t->cols, (const float *)t->data + r * t->ld,
+               (size_t)t->cols * sizeof(float));
     return HR_OK;
 }
 
@@ -218,6 +261,10 @@ static const hr_backend_ops cpu_ops = {
     .swiglu = cpu_swiglu,
     .gather_rows = cpu_gather_rows,
     .end_step = cpu_end_step,
+    .can_sample = false,
+    .memory = cpu_memory,
+    .write_tensor = cpu_write_tensor,
+    .read_tensor = cpu_read_tensor,
 };
 
 hr_status backend_cpu_create(const hr_model_info *info, const be_params *p, hr_backend **out,
@@ -228,6 +275,7 @@ hr_status backend_cpu_create(const hr_model_info *info, const be_params *p, hr_b
     c->base.ops = &cpu_ops;
     c->base.info = info;
     c->mode = p->exact_matmul ? CPU_MATMUL_EXACT : CPU_MATMUL_FAST;
+    c->host_cap = p->host_cap;
     int n = p->n_threads;
     if (n <= 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);

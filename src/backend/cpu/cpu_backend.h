@@ -46,6 +46,8 @@ typedef struct {
     bool rope_ready;
     float *att_scratch;    /* (n_threads, max context) scores */
     int64_t att_scratch_per_thread;
+    size_t vector_bytes, activation_bytes, kv_bytes, workspace_bytes; /* for memory() */
+    uint64_t host_cap, owned_bytes; /* the planned cap, and what own() has taken */
     void **owned;          /* every other allocation of this backend */
     int32_t n_owned, cap_owned;
 } cpu_backend;

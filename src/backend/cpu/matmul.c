@@ -8,12 +8,17 @@
  *   2. takes chunks of weight rows from an atomic counter until none is left
  *      and runs the level's rows kernel on each (bias added after).
  * Chunks never straddle two parts. Each part runs decode kernels or, from the
- * level's gemm_min_B_exact/_fast rows on, prefill kernels. Decode cuts a part
- * into about 8 chunks per thread (small enough to balance, large enough that
- * the counter is touched every few microseconds); prefill hands out tiles of
- * at most gemm_max_rows rows, each packed once and reused for all B rows.
+ * level's gemm_min_B_exact/_fast rows on, prefill kernels. Decode chunks are
+ * guided: each takes 1/(MM_GUIDED * threads) of the rows still left (at least
+ * MM_GEMV_MIN_CHUNK_BYTES of weights), so the first chunks are long
+ * sequential streams and the last ones short enough that no thread waits
+ * long for another at the end. Fixed chunks of 1/8 of a thread's share
+ * (before) left a thread idle for half a chunk on average: 3-6% of a decode
+ * matmul. Prefill hands out tiles of at most gemm_max_rows rows, each packed
+ * once and reused for all B rows.
  * Every output element is computed by the same arithmetic whatever the chunk
- * boundaries, so results do not depend on the thread count.
+ * boundaries (chunks start at multiples of MM_GEMV_ALIGN rows, the widest
+ * decode tile), so results do not depend on the thread count.
  *
  * Generic paths (a NULL entry in the level's table): EXACT decode converts a
  * few weight rows to f32 in the thread's scratch and runs the level's F32
@@ -45,9 +50,12 @@
 #define MM_ALIGN 64
 /* Rows converted at a time by the generic EXACT decode path. */
 #define MM_GENERIC_ROWS 4
-/* Decode: target chunks per thread, and the smallest chunk (rows). */
-#define MM_GEMV_CHUNKS_PER_THREAD 8
-#define MM_GEMV_MIN_CHUNK 16
+/* Decode: a chunk takes 1/(MM_GUIDED * threads) of the rows left, at least
+ * MM_GEMV_MIN_CHUNK_BYTES of weights (a few microseconds of streaming, so the
+ * shared counter stays cold), in multiples of MM_GEMV_ALIGN rows. */
+#define MM_GUIDED 3
+#define MM_GEMV_MIN_CHUNK_BYTES (24 * 1024)
+#define MM_GEMV_ALIGN 16
 /* Layout slots in scratch (see the file comment). */
 #define MM_XQ_SLOTS 3
 
@@ -261,11 +269,13 @@ typedef struct {
     void *xq[CPU_XQ_LAYOUT_COUNT]; /* layout base (row b at + b*xq_row_bytes) */
     float *xh;
     size_t xq_row_bytes;
-    /* work split */
-    int64_t part_col[MM_MAX_PARTS];    /* first output column of each part */
-    int64_t part_chunk[MM_MAX_PARTS + 1]; /* first chunk index of each part */
-    int64_t part_rows[MM_MAX_PARTS];   /* rows per chunk of each part */
-    atomic_llong next_chunk;
+    /* work split: rows are numbered across the parts (part p's row r is
+     * part_col[p] + r); next_row is the first one no thread has taken */
+    int nth;
+    int64_t N;
+    int64_t part_col[MM_MAX_PARTS + 1]; /* first output column of each part; N */
+    int64_t part_rows[MM_MAX_PARTS];    /* prefill: rows per tile; decode: least rows per chunk */
+    atomic_llong next_row;
     char *tscratch; /* thread i's at tscratch + i * tscratch_bytes */
     size_t tscratch_bytes;
 } mm_job;
@@ -359,21 +369,25 @@ static void mm_task(void *ctx, int ith, int nth) {
             cpu_pool_barrier(j->pool);
     }
     void *ts = j->tscratch + (size_t)ith * j->tscratch_bytes;
-    const int64_t n_chunks = j->part_chunk[j->n_parts];
     int p = 0;
-    for (;;) {
-        int64_t c = atomic_fetch_add_explicit(&j->next_chunk, 1, memory_order_relaxed);
-        if (c >= n_chunks)
-            break;
-        while (c >= j->part_chunk[p + 1])
+    long long g = atomic_load_explicit(&j->next_row, memory_order_relaxed);
+    while (g < j->N) {
+        while (g >= j->part_col[p + 1])
             p++;
-        while (c < j->part_chunk[p])
-            p--;
-        int64_t r0 = (c - j->part_chunk[p]) * j->part_rows[p];
-        int64_t r1 = r0 + j->part_rows[p];
-        if (r1 > j->parts[p].n_rows)
-            r1 = j->parts[p].n_rows;
-        run_chunk(j, p, r0, r1, ts);
+        const int64_t r0 = g - j->part_col[p], n = j->parts[p].n_rows;
+        int64_t rows = j->part_rows[p];
+        if (!j->part_gemm[p]) {
+            const int64_t left = j->N - g, share = (left + MM_GUIDED * j->nth - 1) / (MM_GUIDED * j->nth);
+            if (share > rows)
+                rows = (share + MM_GEMV_ALIGN - 1) / MM_GEMV_ALIGN * MM_GEMV_ALIGN;
+        }
+        const int64_t r1 = n - r0 < rows ? n : r0 + rows;
+        /* on failure g is reloaded with the current value: try again from there */
+        if (atomic_compare_exchange_weak_explicit(&j->next_row, &g, j->part_col[p] + r1,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+            run_chunk(j, p, r0, r1, ts);
+            g = atomic_load_explicit(&j->next_row, memory_order_relaxed);
+        }
     }
 }
 
@@ -473,8 +487,7 @@ void cpu_matmul(cpu_pool *pool, void *scratch, cpu_matmul_mode mode, float *y, i
         j.args_xh.xpack = j.xpack_xh;
     }
 
-    /* Chunks per part. */
-    int64_t n_chunks = 0;
+    /* Chunk sizes per part (mm_task). */
     for (int p = 0; p < n_parts; p++) {
         int64_t n = parts[p].n_rows, rows;
         if (j.part_gemm[p]) {
@@ -484,17 +497,16 @@ void cpu_matmul(cpu_pool *pool, void *scratch, cpu_matmul_mode mode, float *y, i
             if (rows > isa->gemm_max_rows)
                 rows = isa->gemm_max_rows;
         } else {
-            rows = (n + MM_GEMV_CHUNKS_PER_THREAD * nth - 1) / (MM_GEMV_CHUNKS_PER_THREAD * nth);
-            rows = (rows + 3) / 4 * 4;
-            if (rows < MM_GEMV_MIN_CHUNK)
-                rows = MM_GEMV_MIN_CHUNK;
+            const size_t rb = cpu_mm_row_bytes(parts[p].dtype, K);
+            rows = (int64_t)((MM_GEMV_MIN_CHUNK_BYTES + rb - 1) / rb);
+            rows = (rows + MM_GEMV_ALIGN - 1) / MM_GEMV_ALIGN * MM_GEMV_ALIGN;
         }
-        j.part_rows[p] = rows;
-        j.part_chunk[p] = n_chunks;
-        n_chunks += (n + rows - 1) / rows;
+        j.part_rows[p] = rows > 0 ? rows : 1;
     }
-    j.part_chunk[n_parts] = n_chunks;
-    atomic_init(&j.next_chunk, 0);
+    j.part_col[n_parts] = N;
+    j.N = N;
+    j.nth = nth;
+    atomic_init(&j.next_row, 0);
 
     if (pool != NULL && nth > 1)
         cpu_pool_run(pool, mm_task, &j);

@@ -98,14 +98,15 @@ void cpu_matmul(cpu_pool *pool, void *scratch, cpu_matmul_mode mode, float *y, i
  * vector whose lanes come out permuted, and find these there ready to use. */
 #define CPU_XQ_PAD 512
 typedef enum {
-    /* Codes in K order; d16/s16 permuted within each 256 codes by
-     * cpu_xq_lane (lane 4L+v holds half block 4v+L). Q6_K, Q3_K, Q2_K. */
+    /* Codes in K order, d/s32 in natural order; d16/s16 permuted within
+     * each 256 codes by cpu_xq_lane (lane 4L+v holds half block 4v+L).
+     * Q6_K, Q3_K, Q2_K, Q8_0. */
     CPU_XQ_NATURAL = 0,
     /* Four 32-blocks (a "quad", 128 codes) as [b0[0:16] b1[0:16] b2[0:16]
      * b3[0:16] b0[16:32] b1[16:32] b2[16:32] b3[16:32]]: where four legacy
      * blocks' low and high nibbles land in two 512-bit registers. d/s32
      * permuted within each 16 blocks (lane 4L+v holds block 4v+L). Q4_0,
-     * Q4_1, Q5_0, Q5_1, Q8_0. */
+     * Q4_1, Q5_0, Q5_1. */
     CPU_XQ_QUAD,
     /* Each 128 codes as [0:32 64:96 32:64 96:128]: the order of the low then
      * high nibbles of a 64-byte load of Q4_K/Q5_K codes. d16/s16 permuted
@@ -214,6 +215,13 @@ typedef struct {
 extern const cpu_mm_isa cpu_mm_isa_ref;
 extern const cpu_mm_isa cpu_mm_isa_avx2;
 extern const cpu_mm_isa cpu_mm_isa_avx512;
+
+/* matmul_gemv_avx512.c, for cpu_mm_isa_avx512: the FAST decode kernel of
+ * every quantized dtype (it dispatches on m->dtype) and the quantizer. */
+void cpu_mm_avx512_gemv_fast(const cpu_mm_args *a, const cpu_mat *m, int64_t r0, int64_t r1,
+                             float *y, int64_t ldy, void *tscratch);
+void cpu_mm_avx512_quantize(const float *x, int64_t K, int64_t k0, int64_t k1,
+                            void *const out[CPU_XQ_LAYOUT_COUNT], float *xh);
 
 /* Shared helpers that matmul.c implements for the ISA files. */
 size_t cpu_mm_row_bytes(hr_dtype t, int64_t K);

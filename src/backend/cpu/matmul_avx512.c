@@ -448,8 +448,69 @@ AI void gemv_tile(hr_dtype dt, int nw, int nx, const uint8_t *w, size_t wrb, con
             y[b * ldy + i] = _mm512_reduce_add_ps(acc[i][b]);
 }
 
+/* Float weights, one activation row: y[i] = dot(W_i, x) for i < nw, two
+ * accumulators per row (elements 32j..32j+15 and 32j+16..32j+31), so every
+ * row gets the same sums whatever nw. Eight rows at a time read the
+ * activations once per eight rows: with one row at a time, x (22 KB at
+ * K=5632) and the weight stream fought over L1 and reads fell to 75-95% of
+ * the streaming rate; with eight they stay at 95-105% (rows of 4 KB and more
+ * are long enough for the prefetchers to follow eight streams; the integer
+ * kernels' shorter rows are not). Tiles of 2 and 4 rows measured 5-15% below
+ * tiles of 8. */
+AI void gemv_tile_b1(hr_dtype dt, int nw, const uint8_t *w, size_t wrb, const float *x, int64_t K,
+                     float *y) {
+    __m512 acc[8][2];
+#pragma GCC unroll 8
+    for (int i = 0; i < nw; i++)
+        acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    const int64_t n32 = K / 32;
+    for (int64_t j = 0; j < n32; j++) {
+        const __m512 x0 = _mm512_loadu_ps(x + 32 * j), x1 = _mm512_loadu_ps(x + 32 * j + 16);
+#pragma GCC unroll 8
+        for (int i = 0; i < nw; i++) {
+            __m512 w0, w1;
+            ld32(dt, w + i * wrb, j, NULL, &w0, &w1);
+            acc[i][0] = _mm512_fmadd_ps(w0, x0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(w1, x1, acc[i][1]);
+        }
+    }
+    if (K % 32 != 0) {
+        const int64_t k = n32 * 32;
+        const int rem = (int)(K - k);
+        const __m512 x0 = _mm512_maskz_loadu_ps(lanes16(rem), x + k);
+        const __m512 x1 = _mm512_maskz_loadu_ps(lanes16(rem - 16), x + k + 16);
+#pragma GCC unroll 8
+        for (int i = 0; i < nw; i++) {
+            __m512 w0, w1;
+            ld_tail(dt, w + i * wrb, k, rem, &w0, &w1);
+            acc[i][0] = _mm512_fmadd_ps(w0, x0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(w1, x1, acc[i][1]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < nw; i++)
+        y[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
+}
+
 AI void gemv_exact(hr_dtype dt, const cpu_mm_args *a, const cpu_mat *m, int64_t r0, int64_t r1,
                    float *y, int64_t ldy) {
+    if (a->B == 1 && !hr_dtype_table[dt].is_quant) {
+        const size_t wrb = cpu_mm_row_bytes(dt, a->K);
+        const uint8_t *w = (const uint8_t *)m->data + (size_t)r0 * wrb;
+        for (int64_t r = r0; r < r1;) {
+            const int64_t left = r1 - r;
+            const int nw = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+            switch (nw) {
+            case 8: gemv_tile_b1(dt, 8, w, wrb, a->x, a->K, y + (r - r0)); break;
+            case 4: gemv_tile_b1(dt, 4, w, wrb, a->x, a->K, y + (r - r0)); break;
+            case 2: gemv_tile_b1(dt, 2, w, wrb, a->x, a->K, y + (r - r0)); break;
+            default: gemv_tile_b1(dt, 1, w, wrb, a->x, a->K, y + (r - r0)); break;
+            }
+            w += (size_t)nw * wrb;
+            r += nw;
+        }
+        return;
+    }
     const size_t wrb = cpu_mm_row_bytes(dt, a->K);
     const uint8_t *w = (const uint8_t *)m->data + (size_t)r0 * wrb;
     for (int64_t r = r0; r < r1;) {
@@ -492,613 +553,6 @@ DEF_GEMV_EXACT(gemv_exact_q3_K, HR_DTYPE_Q3_K)
 DEF_GEMV_EXACT(gemv_exact_q4_K, HR_DTYPE_Q4_K)
 DEF_GEMV_EXACT(gemv_exact_q5_K, HR_DTYPE_Q5_K)
 DEF_GEMV_EXACT(gemv_exact_q6_K, HR_DTYPE_Q6_K)
-
-/* ====================================================================== */
-/* FAST: activation quantization                                          */
-/* ====================================================================== */
-
-/* The reference quantizer's arithmetic (matmul.c) in 16 lanes: max |x| is
- * exact in any order, 127 / amax and x * id are the same single roundings,
- * and vcvtps2dq rounds to nearest even like rintf. */
-static void quantize(const float *x, int64_t K, int64_t k0, int64_t k1,
-                     void *const out[CPU_XQ_LAYOUT_COUNT], float *xh) {
-    HR_ASSERT(k0 % CPU_XQ_PAD == 0 && k1 % CPU_XQ_PAD == 0 && k1 <= cpu_xq_kp(K));
-    int pos32[CPU_XQ_LAYOUT_COUNT][16], pos16[CPU_XQ_LAYOUT_COUNT][16];
-    for (int l = 0; l < CPU_XQ_LAYOUT_COUNT; l++) {
-        for (int lane = 0; lane < 16; lane++) {
-            pos32[l][lane] = pos16[l][lane] = lane;
-        }
-        for (int lane = 0; lane < 16; lane++) {
-            if (l == CPU_XQ_QUAD)
-                pos32[l][cpu_xq_lane((cpu_xq_layout)l, lane)] = lane;
-            if (l == CPU_XQ_NATURAL || l == CPU_XQ_K4)
-                pos16[l][cpu_xq_lane((cpu_xq_layout)l, lane)] = lane;
-        }
-    }
-    static const int k4_slot[4] = {0, 2, 1, 3};
-    const __m512 sign = _mm512_set1_ps(-0.0f);
-    for (int64_t ib = k0 / 32; ib < k1 / 32; ib++) {
-        __m512i q0 = _mm512_setzero_si512(), q1 = q0;
-        float dv = 0.0f;
-        if (ib * 32 < K) {
-            const __m512 a = _mm512_loadu_ps(x + 32 * ib), b = _mm512_loadu_ps(x + 32 * ib + 16);
-            const float amax =
-                _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, a), _mm512_andnot_ps(sign, b)));
-            const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-            q0 = _mm512_cvtps_epi32(_mm512_mul_ps(a, id));
-            q1 = _mm512_cvtps_epi32(_mm512_mul_ps(b, id));
-            dv = amax / 127.0f;
-            if (xh != NULL) {
-                const __m512 vd = _mm512_set1_ps(dv);
-                _mm512_storeu_ps(xh + 32 * ib, _mm512_mul_ps(vd, _mm512_cvtepi32_ps(q0)));
-                _mm512_storeu_ps(xh + 32 * ib + 16, _mm512_mul_ps(vd, _mm512_cvtepi32_ps(q1)));
-            }
-        }
-        const int32_t s_lo = _mm512_reduce_add_epi32(q0), s_hi = _mm512_reduce_add_epi32(q1);
-        const __m128i c0 = _mm512_cvtepi32_epi8(q0), c1 = _mm512_cvtepi32_epi8(q1);
-        for (int l = 0; l < CPU_XQ_LAYOUT_COUNT; l++) {
-            if (out[l] == NULL)
-                continue;
-            int8_t *codes = out[l];
-            switch (l) {
-            case CPU_XQ_NATURAL:
-            case CPU_XQ_PLAIN:
-                _mm_storeu_si128((__m128i *)(codes + 32 * ib), c0);
-                _mm_storeu_si128((__m128i *)(codes + 32 * ib + 16), c1);
-                break;
-            case CPU_XQ_QUAD: {
-                int8_t *q = codes + 128 * (ib / 4) + 16 * (ib % 4);
-                _mm_storeu_si128((__m128i *)q, c0);
-                _mm_storeu_si128((__m128i *)(q + 64), c1);
-                break;
-            }
-            case CPU_XQ_K4: {
-                int8_t *q = codes + 128 * (ib / 4) + 32 * k4_slot[ib % 4];
-                _mm_storeu_si128((__m128i *)q, c0);
-                _mm_storeu_si128((__m128i *)(q + 16), c1);
-                break;
-            }
-            case CPU_XQ_T32: {
-                /* dword t of the block goes to lane ib % 16 of vector t */
-                const __m128i f = _mm_set1_epi8((char)0x80);
-                uint32_t w[8];
-                _mm_storeu_si128((__m128i *)w, _mm_xor_si128(c0, f));
-                _mm_storeu_si128((__m128i *)(w + 4), _mm_xor_si128(c1, f));
-                int8_t *q = codes + 512 * (ib / 16) + 4 * (ib % 16);
-                for (int t = 0; t < 8; t++)
-                    memcpy(q + 64 * t, &w[t], 4);
-                break;
-            }
-            case CPU_XQ_T16: {
-                const __m128i f = _mm_set1_epi8((char)0x80);
-                uint32_t w[8];
-                _mm_storeu_si128((__m128i *)w, _mm_xor_si128(c0, f));
-                _mm_storeu_si128((__m128i *)(w + 4), _mm_xor_si128(c1, f));
-                for (int h = 0; h < 2; h++) {
-                    const int64_t ih = 2 * ib + h;
-                    int8_t *q = codes + 256 * (ih / 16) + 4 * (ih % 16);
-                    for (int t = 0; t < 4; t++)
-                        memcpy(q + 64 * t, &w[4 * h + t], 4);
-                }
-                break;
-            }
-            default:
-                break;
-            }
-            float *d = (float *)(void *)cpu_xq_d(codes, K);
-            int32_t *s32 = (int32_t *)(void *)cpu_xq_s32(codes, K);
-            float *d16 = (float *)(void *)cpu_xq_d16(codes, K);
-            int32_t *s16 = (int32_t *)(void *)cpu_xq_s16(codes, K);
-            const int64_t at32 = ib - ib % 16 + pos32[l][ib % 16];
-            d[at32] = dv;
-            s32[at32] = s_lo + s_hi;
-            const int64_t ih = 2 * ib;
-            d16[ih - ih % 16 + pos16[l][ih % 16]] = dv;
-            s16[ih - ih % 16 + pos16[l][ih % 16]] = s_lo;
-            d16[ih + 1 - (ih + 1) % 16 + pos16[l][(ih + 1) % 16]] = dv;
-            s16[ih + 1 - (ih + 1) % 16 + pos16[l][(ih + 1) % 16]] = s_hi;
-        }
-    }
-}
-
-/* ====================================================================== */
-/* FAST decode: integer dot products                                      */
-/* ====================================================================== */
-/*
- * Weights are unpacked to unsigned 8-bit codes and multiplied with the signed
- * activation codes by vpdpbusd (4 products per 32-bit lane). Four 512-bit
- * code registers cover 16 blocks (legacy: a block per 128-bit lane, low and
- * high nibbles in two registers; K-quants: a 16-element half block per 128-bit
- * lane); after the dot products a 4x4 transpose-add (reduce4) leaves one
- * 32-bit sum per block in one register, lane 4L+v holding register v's lane L.
- * Then, per 16 blocks and per activation row, one subtract (the codes'
- * offset times the activation block sums), one convert and two or three
- * f32 operations apply the weight scale, the activation scale and the min.
- * The activation scales and sums arrive already in that lane order (the
- * xq layouts, matmul.h); the weight scales are put in it by a gather (legacy:
- * 16 f16 at a fixed stride) or a permute (K-quants: khdr()).
- *
- * Per 16 blocks of Q4_0 and one activation row this is ~50 vector ops for
- * 288 bytes, which keeps up with memory on one Zen 4 core (ggml's AVX2
- * kernel scales every block separately: ~8 ops per 18 bytes).
- */
-
-
-/* sums of the 4 dwords of each 128-bit lane of a_v -> lane 4L+v */
-AI __m512i reduce4(__m512i a0, __m512i a1, __m512i a2, __m512i a3) {
-    const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
-    const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
-    return _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
-}
-
-AI __m512i ins4(__m128i a, __m128i b, __m128i c, __m128i d) {
-    __m512i z = _mm512_castsi128_si512(a);
-    z = _mm512_inserti32x4(z, b, 1);
-    z = _mm512_inserti32x4(z, c, 2);
-    return _mm512_inserti32x4(z, d, 3);
-}
-
-AI __m128i ld128_or0(const uint8_t *p, bool valid) {
-    return valid ? _mm_loadu_si128((const __m128i *)p) : _mm_setzero_si128();
-}
-
-typedef struct {
-    int bs;      /* block bytes */
-    int qs;      /* offset of the 16 nibble bytes (or 32 code bytes) */
-    int qh;      /* offset of the 32 fifth bits, -1 if none */
-    int off_sh;  /* log2 of the code offset (8, 16, 128), -1 for none */
-    bool min;    /* f16 min after the f16 scale */
-} leg_info;
-
-AI leg_info leg(hr_dtype dt) {
-    switch (dt) {
-    case HR_DTYPE_Q8_0: return (leg_info){34, 2, -1, 7, false};
-    case HR_DTYPE_Q4_0: return (leg_info){18, 2, -1, 3, false};
-    case HR_DTYPE_Q4_1: return (leg_info){20, 4, -1, -1, true};
-    case HR_DTYPE_Q5_0: return (leg_info){22, 6, 2, 4, false};
-    default: return (leg_info){24, 8, 4, -1, true}; /* Q5_1 */
-    }
-}
-
-/* The 16 nibble bytes of four consecutive 4-bit blocks, one block per 128-bit
- * lane, from two overlapping 64-byte loads and one dword permute (cheaper
- * than four 16-byte loads and three inserts): for every legacy 4-bit type the
- * blocks' nibbles start at dword-aligned offsets of one of the two loads. */
-AI __m512i nib4(hr_dtype dt, const uint8_t *p) {
-    /* a, c: offsets of the loads; lane L takes dwords ia[L].. of load a (< 16)
-     * or of load c (16 + dword) */
-    int a, c;
-    __m512i idx;
-    switch (dt) {
-    case HR_DTYPE_Q4_0: /* nibbles at 2, 20, 38, 56 */
-        a = 2, c = 8;
-        idx = _mm512_setr_epi32(0, 1, 2, 3, 19, 20, 21, 22, 9, 10, 11, 12, 28, 29, 30, 31);
-        break;
-    case HR_DTYPE_Q4_1: /* 4, 24, 44, 64 */
-        a = 4, c = 16;
-        idx = _mm512_setr_epi32(0, 1, 2, 3, 5, 6, 7, 8, 10, 11, 12, 13, 28, 29, 30, 31);
-        break;
-    case HR_DTYPE_Q5_0: /* 6, 28, 50, 72 */
-        a = 6, c = 24;
-        idx = _mm512_setr_epi32(0, 1, 2, 3, 17, 18, 19, 20, 11, 12, 13, 14, 28, 29, 30, 31);
-        break;
-    default: /* Q5_1: 8, 32, 56, 80 */
-        a = 8, c = 32;
-        idx = _mm512_setr_epi32(0, 1, 2, 3, 6, 7, 8, 9, 12, 13, 14, 15, 28, 29, 30, 31);
-        break;
-    }
-    return _mm512_permutex2var_epi32(_mm512_loadu_si512(p + a), idx, _mm512_loadu_si512(p + c));
-}
-
-/* Unsigned codes of blocks p[0..nv) (nv <= 4) as the QUAD layout expects. */
-AI void leg_quad(hr_dtype dt, const uint8_t *p, int nv, __m512i *lo, __m512i *hi) {
-    const leg_info li = leg(dt);
-    if (dt == HR_DTYPE_Q8_0) {
-        const __m512i f = _mm512_set1_epi8((char)0x80); /* signed -> unsigned: +128 */
-        *lo = _mm512_xor_si512(f, ins4(ld128_or0(p + li.qs, nv > 0), ld128_or0(p + li.bs + li.qs, nv > 1),
-                                       ld128_or0(p + 2 * li.bs + li.qs, nv > 2),
-                                       ld128_or0(p + 3 * li.bs + li.qs, nv > 3)));
-        *hi = _mm512_xor_si512(
-            f, ins4(ld128_or0(p + li.qs + 16, nv > 0), ld128_or0(p + li.bs + li.qs + 16, nv > 1),
-                    ld128_or0(p + 2 * li.bs + li.qs + 16, nv > 2),
-                    ld128_or0(p + 3 * li.bs + li.qs + 16, nv > 3)));
-        if (nv < 4) { /* keep missing blocks' codes zero */
-            const __mmask64 keep = nv >= 4 ? ~0ull : (1ull << (16 * nv)) - 1;
-            *lo = _mm512_maskz_mov_epi8(keep, *lo);
-            *hi = _mm512_maskz_mov_epi8(keep, *hi);
-        }
-        return;
-    }
-    const __m512i m4 = _mm512_set1_epi8(15);
-    const __m512i z = nv == 4 ? nib4(dt, p)
-                              : ins4(ld128_or0(p + li.qs, nv > 0), ld128_or0(p + li.bs + li.qs, nv > 1),
-                                     ld128_or0(p + 2 * li.bs + li.qs, nv > 2),
-                                     ld128_or0(p + 3 * li.bs + li.qs, nv > 3));
-    *lo = _mm512_and_si512(z, m4);
-    *hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
-    if (li.qh >= 0) {
-        uint64_t mlo = 0, mhi = 0;
-        for (int L = 0; L < 4; L++) {
-            if (L >= nv)
-                break;
-            uint32_t h;
-            memcpy(&h, p + L * li.bs + li.qh, 4);
-            mlo |= (uint64_t)(h & 0xffffu) << (16 * L);
-            mhi |= (uint64_t)(h >> 16) << (16 * L);
-        }
-        const __m512i b16 = _mm512_set1_epi8(16);
-        *lo = _mm512_mask_add_epi8(*lo, mlo, *lo, b16);
-        *hi = _mm512_mask_add_epi8(*hi, mhi, *hi, b16);
-    }
-}
-
-/* f16 scale (and min) of blocks p[0..nb) (nb <= 16) in reduced lane order
- * (lane 4L+v: block 4v+L).
- * Scalar loads packed four to a 64-bit word: a vpgatherdd of the 16 scales
- * took ~40% of the Q4_0 kernel's time on Zen 4; these run on the otherwise
- * idle integer ports. */
-AI uint64_t leg_pack4(const uint8_t *p, int bs, int nb, int L, int shift) {
-    uint64_t r = 0;
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; v++) {
-        const int j = 4 * v + L; /* lane 4L+v */
-        if (j < nb) {
-            uint32_t hm;
-            memcpy(&hm, p + (size_t)j * (size_t)bs, 4);
-            r |= (uint64_t)((hm >> shift) & 0xffffu) << (16 * v);
-        }
-    }
-    return r;
-}
-
-/* Q4_0/Q4_1, a full group: the 16 f16 scales (mins: word 1 of each block)
- * picked out of four 64-byte loads by two word permutes and a blend; each
- * load holds the headers of four blocks (18 or 20 bytes apart). */
-/* Word permutes for leg_scales16: output word 4L+v <- word bw*L + w of load v
- * (the second source of a permute is indexed from 32). [Q4_1][w][v >= 2] */
-#define P01(bw, w)                                                                             \
-    {(w), 32 + (w), 0, 0, (bw) + (w), 32 + (bw) + (w), 0, 0, 2 * (bw) + (w), 32 + 2 * (bw) + (w), \
-     0, 0, 3 * (bw) + (w), 32 + 3 * (bw) + (w), 0, 0}
-#define P23(bw, w)                                                                             \
-    {0, 0, (w), 32 + (w), 0, 0, (bw) + (w), 32 + (bw) + (w), 0, 0, 2 * (bw) + (w),               \
-     32 + 2 * (bw) + (w), 0, 0, 3 * (bw) + (w), 32 + 3 * (bw) + (w)}
-static const short scale_perm[2][2][2][32] = {
-    {{P01(9, 0), P23(9, 0)}, {P01(9, 1), P23(9, 1)}},
-    {{P01(10, 0), P23(10, 0)}, {P01(10, 1), P23(10, 1)}},
-};
-#undef P01
-#undef P23
-
-AI __m512 leg_scales16(hr_dtype dt, const uint8_t *p, int word) {
-    const int q41 = dt == HR_DTYPE_Q4_1, bw = q41 ? 10 : 9; /* words per block */
-    const __m512i a0 = _mm512_loadu_si512(p), a1 = _mm512_loadu_si512(p + 8 * bw);
-    const __m512i a2 = _mm512_loadu_si512(p + 16 * bw), a3 = _mm512_loadu_si512(p + 24 * bw);
-    const __m512i t01 = _mm512_permutex2var_epi16(a0, _mm512_loadu_si512(scale_perm[q41][word][0]), a1);
-    const __m512i t23 = _mm512_permutex2var_epi16(a2, _mm512_loadu_si512(scale_perm[q41][word][1]), a3);
-    return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_mask_mov_epi16(t01, 0xcccccccc, t23)));
-}
-
-AI void leg_scales(const uint8_t *p, int bs, int nb, bool min, __m512 *d, __m512 *m) {
-    *d = _mm512_cvtph_ps(_mm256_set_epi64x(
-        (long long)leg_pack4(p, bs, nb, 3, 0), (long long)leg_pack4(p, bs, nb, 2, 0),
-        (long long)leg_pack4(p, bs, nb, 1, 0), (long long)leg_pack4(p, bs, nb, 0, 0)));
-    if (min)
-        *m = _mm512_cvtph_ps(_mm256_set_epi64x(
-            (long long)leg_pack4(p, bs, nb, 3, 16), (long long)leg_pack4(p, bs, nb, 2, 16),
-            (long long)leg_pack4(p, bs, nb, 1, 16), (long long)leg_pack4(p, bs, nb, 0, 16)));
-}
-
-/* nw weight rows (wrb bytes apart) against nx activation rows:
- * y[b * ldy + i] = dot. Always called with nw = 1: decode must read the
- * weights as one sequential stream. Interleaving two rows (to share the
- * per-row overhead) ran 5% faster from L2 but dropped DRAM streaming from 24
- * to 10 GB/s on one Zen 4 core: the prefetcher lost the stream. */
-AI void fast_leg_rows(hr_dtype dt, int nw, const uint8_t *w, size_t wrb, const cpu_mm_args *a,
-                      int64_t b0, int nx, float *y, int64_t ldy) {
-    const leg_info li = leg(dt);
-    const int64_t nb = a->K / 32;
-    __m512 acc[2][4];
-#pragma GCC unroll 2
-    for (int i = 0; i < nw; i++)
-#pragma GCC unroll 4
-        for (int b = 0; b < nx; b++)
-            acc[i][b] = _mm512_setzero_ps();
-    const uint8_t *xq = (const uint8_t *)a->xq[CPU_XQ_QUAD] + (size_t)b0 * a->xq_row_bytes;
-    for (int64_t g = 0; g * 16 < nb; g++) {
-        const int nvb = nb - 16 * g >= 16 ? 16 : (int)(nb - 16 * g);
-#pragma GCC unroll 2
-        for (int i = 0; i < nw; i++) {
-            const uint8_t *p = w + (size_t)i * wrb + (size_t)(16 * g) * (size_t)li.bs;
-            __m512i lo[4], hi[4];
-            if (nvb == 16) {
-#pragma GCC unroll 4
-                for (int v = 0; v < 4; v++)
-                    leg_quad(dt, p + (size_t)(4 * v) * (size_t)li.bs, 4, &lo[v], &hi[v]);
-            } else {
-                for (int v = 0; v < 4; v++) {
-                    int nv = nvb - 4 * v;
-                    nv = nv < 0 ? 0 : nv > 4 ? 4 : nv;
-                    leg_quad(dt, p + (size_t)(4 * v) * (size_t)li.bs, nv, &lo[v], &hi[v]);
-                }
-            }
-            __m512 dw, mw = _mm512_setzero_ps();
-            if (nvb == 16 && (dt == HR_DTYPE_Q4_0 || dt == HR_DTYPE_Q4_1)) {
-                dw = leg_scales16(dt, p, 0);
-                if (li.min)
-                    mw = leg_scales16(dt, p, 1);
-            } else if (nvb == 16) {
-                leg_scales(p, li.bs, 16, li.min, &dw, &mw);
-            } else {
-                leg_scales(p, li.bs, nvb, li.min, &dw, &mw);
-            }
-#pragma GCC unroll 4
-            for (int b = 0; b < nx; b++) {
-                const uint8_t *xr = xq + (size_t)b * a->xq_row_bytes;
-                const int8_t *xc = (const int8_t *)xr + 512 * g;
-                __m512i acc4[4];
-#pragma GCC unroll 4
-                for (int v = 0; v < 4; v++) {
-                    __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[v],
-                                                    _mm512_loadu_si512(xc + 128 * v));
-                    acc4[v] = _mm512_dpbusd_epi32(t, hi[v], _mm512_loadu_si512(xc + 128 * v + 64));
-                }
-                __m512i u = reduce4(acc4[0], acc4[1], acc4[2], acc4[3]);
-                const __m512 dx = _mm512_loadu_ps(cpu_xq_d(xr, a->K) + 16 * g);
-                const __m512i sx = _mm512_loadu_si512(cpu_xq_s32(xr, a->K) + 16 * g);
-                if (li.off_sh >= 0)
-                    u = _mm512_sub_epi32(u, _mm512_sll_epi32(sx, _mm_cvtsi32_si128(li.off_sh)));
-                acc[i][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(u), _mm512_mul_ps(dw, dx), acc[i][b]);
-                if (li.min)
-                    acc[i][b] = _mm512_fmadd_ps(mw, _mm512_mul_ps(dx, _mm512_cvtepi32_ps(sx)), acc[i][b]);
-            }
-        }
-    }
-#pragma GCC unroll 2
-    for (int i = 0; i < nw; i++)
-#pragma GCC unroll 4
-        for (int b = 0; b < nx; b++)
-            y[b * ldy + i] = _mm512_reduce_add_ps(acc[i][b]);
-}
-
-AI void gemv_fast_leg(hr_dtype dt, const cpu_mm_args *a, const cpu_mat *m, int64_t r0, int64_t r1,
-                      float *y, int64_t ldy) {
-    const size_t wrb = cpu_mm_row_bytes(dt, a->K);
-    for (int64_t r = r0; r < r1;) {
-        const uint8_t *w = (const uint8_t *)m->data + (size_t)r * wrb;
-        for (int64_t b = 0; b < a->B; b += 4) {
-            float *yb = y + b * ldy + (r - r0);
-            switch (a->B - b >= 4 ? 4 : (int)(a->B - b)) {
-            case 1: fast_leg_rows(dt, 1, w, wrb, a, b, 1, yb, ldy); break;
-            case 2: fast_leg_rows(dt, 1, w, wrb, a, b, 2, yb, ldy); break;
-            case 3: fast_leg_rows(dt, 1, w, wrb, a, b, 3, yb, ldy); break;
-            default: fast_leg_rows(dt, 1, w, wrb, a, b, 4, yb, ldy); break;
-            }
-        }
-        r++;
-    }
-}
-
-/* ---- K-quants: a super-block gives four code registers, one half block
- * (16 elements) per 128-bit lane. */
-
-
-AI void kq_codes(hr_dtype dt, const uint8_t *blk, __m512i c[4]) {
-    const __m512i m4 = _mm512_set1_epi8(15);
-    switch (dt) {
-    case HR_DTYPE_Q4_K:
-    case HR_DTYPE_Q5_K: {
-        const bool five = dt == HR_DTYPE_Q5_K;
-        const uint8_t *qs = blk + 4 + QUANT_K_SCALE_BYTES + (five ? 32 : 0);
-        for (int t = 0; t < 2; t++) {
-            const __m512i z = _mm512_loadu_si512(qs + 64 * t);
-            c[2 * t] = _mm512_and_si512(z, m4);
-            c[2 * t + 1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
-        }
-        if (five) {
-            /* fifth bit of sub-block j: bit j of qh[0..32); register c[i] holds
-             * sub-blocks {0,2}, {1,3}, {4,6}, {5,7}: shift bits j and j+2 down
-             * to bit 0 of each byte, then up to bit 4 */
-            const __m512i qh = _mm512_broadcast_i64x4(
-                _mm256_loadu_si256((const __m256i *)(blk + 4 + QUANT_K_SCALE_BYTES)));
-            const __m512i b16 = _mm512_set1_epi8(16);
-            static const uint8_t sb_lo[4] = {0, 1, 4, 5};
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) {
-                const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)sb_lo[i]),
-                                                      _mm256_set1_epi16((short)(sb_lo[i] + 2)), 1);
-                c[i] = _mm512_or_si512(
-                    c[i], _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(qh, sh), 4), b16));
-            }
-        }
-        break;
-    }
-    case HR_DTYPE_Q6_K: {
-        const block_q6_K *b = (const block_q6_K *)(const void *)blk;
-        const __m512i m30 = _mm512_set1_epi8(0x30);
-        const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-        const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-        for (int h = 0; h < 2; h++) {
-            const __m512i zl = _mm512_loadu_si512(b->ql + 64 * h);
-            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h)));
-            c[2 * h] = _mm512_or_si512(_mm512_and_si512(zl, m4),
-                                       _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30));
-            c[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(zl, 4), m4),
-                                           _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30));
-        }
-        break;
-    }
-    case HR_DTYPE_Q2_K:
-    case HR_DTYPE_Q3_K: {
-        const bool three = dt == HR_DTYPE_Q3_K;
-        const uint8_t *qs = three ? ((const block_q3_K *)(const void *)blk)->qs
-                                  : ((const block_q2_K *)(const void *)blk)->qs;
-        const __m512i m2 = _mm512_set1_epi8(3);
-        const __m512i sh0 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-        const __m512i sh1 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
-        __m512i hm = _mm512_setzero_si512();
-        if (three)
-            hm = _mm512_broadcast_i64x4(
-                _mm256_loadu_si256((const __m256i *)((const block_q3_K *)(const void *)blk)->hmask));
-        for (int h = 0; h < 2; h++) {
-            const __m512i z = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * h)));
-            c[2 * h] = _mm512_and_si512(_mm512_srlv_epi16(z, sh0), m2);
-            c[2 * h + 1] = _mm512_and_si512(_mm512_srlv_epi16(z, sh1), m2);
-            if (three) {
-                /* elements 128h + 32q + n: high bit is bit 4h + q of hmask[n] */
-                const __m512i b4 = _mm512_set1_epi8(4);
-                for (int i = 0; i < 2; i++) {
-                    const int q = 2 * i;
-                    const __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * h + q))),
-                                                            _mm256_set1_epi8((char)(1 << (4 * h + q + 1))), 1);
-                    c[2 * h + i] = _mm512_mask_add_epi8(c[2 * h + i], _mm512_test_epi8_mask(hm, bits),
-                                                        c[2 * h + i], b4);
-                }
-            }
-        }
-        break;
-    }
-    default:
-        break;
-    }
-}
-
-/* A K-quant super-block's per-half-block scales (d * sc) and negated mins
- * (-(dmin * mn)), already in the lane order of the reduced sums: byte
- * shuffles of the decoded 6/4-bit scales, then one conversion each. Same
- * products as khdr(), without its round trip through memory. */
-static const int8_t shuf_nat[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
-/* K4: lane l holds half block cpu_xq_lane(CPU_XQ_K4, l), of sub-block half that */
-static const int8_t shuf_k4[16] = {0, 1, 4, 5, 0, 1, 4, 5, 2, 3, 6, 7, 2, 3, 6, 7};
-
-AI void kq_scales(hr_dtype dt, const uint8_t *blk, __m512 *sc, __m512 *mn) {
-    *mn = _mm512_setzero_ps();
-    const __m128i nat = _mm_loadu_si128((const __m128i *)shuf_nat);
-    switch (dt) {
-    case HR_DTYPE_Q2_K: {
-        const block_q2_K *b = (const block_q2_K *)(const void *)blk;
-        const __m128i v = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)b->scales), nat);
-        const __m128i m4 = _mm_set1_epi8(15);
-        *sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(v, m4))),
-                            _mm512_set1_ps(f16s(b->d)));
-        *mn = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(v, 4), m4))),
-                            _mm512_set1_ps(-f16s(b->dmin)));
-        break;
-    }
-    case HR_DTYPE_Q3_K: {
-        const block_q3_K *b = (const block_q3_K *)(const void *)blk;
-        const __m128i v = _mm_shuffle_epi8(q3_scales(b->scales), nat);
-        *sc = _mm512_mul_ps(
-            _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(v), _mm512_set1_epi32(32))),
-            _mm512_set1_ps(f16s(b->d)));
-        break;
-    }
-    case HR_DTYPE_Q4_K:
-    case HR_DTYPE_Q5_K: {
-        uint16_t hd, hm;
-        memcpy(&hd, blk, 2);
-        memcpy(&hm, blk + 2, 2);
-        uint64_t s8, m8;
-        k4_scales(blk + 4, &s8, &m8);
-        const __m128i idx = _mm_loadu_si128((const __m128i *)shuf_k4);
-        const __m128i vs = _mm_shuffle_epi8(_mm_cvtsi64_si128((long long)s8), idx);
-        const __m128i vm = _mm_shuffle_epi8(_mm_cvtsi64_si128((long long)m8), idx);
-        *sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(vs)), _mm512_set1_ps(f16s(hd)));
-        *mn = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(vm)), _mm512_set1_ps(-f16s(hm)));
-        break;
-    }
-    default: { /* Q6_K */
-        const block_q6_K *b = (const block_q6_K *)(const void *)blk;
-        const __m128i v = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)b->scales), nat);
-        *sc = _mm512_mul_ps(cvt_i8(v), _mm512_set1_ps(f16s(b->d)));
-        break;
-    }
-    }
-}
-
-AI void fast_kq_rows(hr_dtype dt, int nw, const uint8_t *w, size_t wrb, const cpu_mm_args *a,
-                     int64_t b0, int nx, float *y, int64_t ldy) {
-    const int64_t n_sb = a->K / QUANT_QK_K;
-    const size_t bs = (size_t)hr_dtype_table[dt].block_bytes;
-    const bool k4 = dt == HR_DTYPE_Q4_K || dt == HR_DTYPE_Q5_K;
-    const cpu_xq_layout lay = k4 ? CPU_XQ_K4 : CPU_XQ_NATURAL;
-    /* unsigned codes = signed code + offset: Q6_K 32, Q3_K 4 */
-    const int off_sh = dt == HR_DTYPE_Q6_K ? 5 : dt == HR_DTYPE_Q3_K ? 2 : -1;
-    const bool min = dt == HR_DTYPE_Q2_K || k4;
-    __m512 acc[2][4];
-#pragma GCC unroll 2
-    for (int i = 0; i < nw; i++)
-#pragma GCC unroll 4
-        for (int b = 0; b < nx; b++)
-            acc[i][b] = _mm512_setzero_ps();
-    const uint8_t *xq = (const uint8_t *)a->xq[lay] + (size_t)b0 * a->xq_row_bytes;
-    for (int64_t sb = 0; sb < n_sb; sb++) {
-#pragma GCC unroll 2
-        for (int i = 0; i < nw; i++) {
-            const uint8_t *wi = w + (size_t)i * wrb;
-            __m512 sc, mn;
-            kq_scales(dt, wi + (size_t)sb * bs, &sc, &mn);
-            __m512i c[4];
-            kq_codes(dt, wi + (size_t)sb * bs, c);
-#pragma GCC unroll 4
-            for (int b = 0; b < nx; b++) {
-                const uint8_t *xr = xq + (size_t)b * a->xq_row_bytes;
-                const int8_t *xc = (const int8_t *)xr + 256 * sb;
-                __m512i p[4];
-#pragma GCC unroll 4
-                for (int v = 0; v < 4; v++)
-                    p[v] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[v], _mm512_loadu_si512(xc + 64 * v));
-                __m512i u = reduce4(p[0], p[1], p[2], p[3]);
-                const __m512 dx = _mm512_loadu_ps(cpu_xq_d16(xr, a->K) + 16 * sb);
-                const __m512i sx = _mm512_loadu_si512(cpu_xq_s16(xr, a->K) + 16 * sb);
-                if (off_sh >= 0)
-                    u = _mm512_sub_epi32(u, _mm512_sll_epi32(sx, _mm_cvtsi32_si128(off_sh)));
-                acc[i][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(u), _mm512_mul_ps(sc, dx), acc[i][b]);
-                if (min)
-                    acc[i][b] = _mm512_fmadd_ps(mn, _mm512_mul_ps(dx, _mm512_cvtepi32_ps(sx)), acc[i][b]);
-            }
-        }
-    }
-#pragma GCC unroll 2
-    for (int i = 0; i < nw; i++)
-#pragma GCC unroll 4
-        for (int b = 0; b < nx; b++)
-            y[b * ldy + i] = _mm512_reduce_add_ps(acc[i][b]);
-}
-
-AI void gemv_fast_kq(hr_dtype dt, const cpu_mm_args *a, const cpu_mat *m, int64_t r0, int64_t r1,
-                     float *y, int64_t ldy) {
-    const size_t wrb = cpu_mm_row_bytes(dt, a->K);
-    for (int64_t r = r0; r < r1;) {
-        const uint8_t *w = (const uint8_t *)m->data + (size_t)r * wrb;
-        for (int64_t b = 0; b < a->B; b += 4) {
-            float *yb = y + b * ldy + (r - r0);
-            switch (a->B - b >= 4 ? 4 : (int)(a->B - b)) {
-            case 1: fast_kq_rows(dt, 1, w, wrb, a, b, 1, yb, ldy); break;
-            case 2: fast_kq_rows(dt, 1, w, wrb, a, b, 2, yb, ldy); break;
-            case 3: fast_kq_rows(dt, 1, w, wrb, a, b, 3, yb, ldy); break;
-            default: fast_kq_rows(dt, 1, w, wrb, a, b, 4, yb, ldy); break;
-            }
-        }
-        r++;
-    }
-}
-
-#define DEF_GEMV_FAST(name, fam, dt)                                                 \
-    static void name(const cpu_mm_args *a, const cpu_mat *m, int64_t r0, int64_t r1, \
-                     float *y, int64_t ldy, void *ts) {                              \
-        (void)ts;                                                                    \
-        fam(dt, a, m, r0, r1, y, ldy);                                               \
-    }
-DEF_GEMV_FAST(gemv_fast_q8_0, gemv_fast_leg, HR_DTYPE_Q8_0)
-DEF_GEMV_FAST(gemv_fast_q4_0, gemv_fast_leg, HR_DTYPE_Q4_0)
-DEF_GEMV_FAST(gemv_fast_q4_1, gemv_fast_leg, HR_DTYPE_Q4_1)
-DEF_GEMV_FAST(gemv_fast_q5_0, gemv_fast_leg, HR_DTYPE_Q5_0)
-DEF_GEMV_FAST(gemv_fast_q5_1, gemv_fast_leg, HR_DTYPE_Q5_1)
-DEF_GEMV_FAST(gemv_fast_q2_K, gemv_fast_kq, HR_DTYPE_Q2_K)
-DEF_GEMV_FAST(gemv_fast_q3_K, gemv_fast_kq, HR_DTYPE_Q3_K)
-DEF_GEMV_FAST(gemv_fast_q4_K, gemv_fast_kq, HR_DTYPE_Q4_K)
-DEF_GEMV_FAST(gemv_fast_q5_K, gemv_fast_kq, HR_DTYPE_Q5_K)
-DEF_GEMV_FAST(gemv_fast_q6_K, gemv_fast_kq, HR_DTYPE_Q6_K)
 
 /* ====================================================================== */
 /* EXACT prefill: blocked f32 GEMM                                        */
@@ -1508,21 +962,21 @@ const cpu_mm_isa cpu_mm_isa_avx512 = {
         },
     .gemv_fast =
         {
-            [HR_DTYPE_Q8_0] = gemv_fast_q8_0, [HR_DTYPE_Q4_0] = gemv_fast_q4_0,
-            [HR_DTYPE_Q4_1] = gemv_fast_q4_1, [HR_DTYPE_Q5_0] = gemv_fast_q5_0,
-            [HR_DTYPE_Q5_1] = gemv_fast_q5_1, [HR_DTYPE_Q2_K] = gemv_fast_q2_K,
-            [HR_DTYPE_Q3_K] = gemv_fast_q3_K, [HR_DTYPE_Q4_K] = gemv_fast_q4_K,
-            [HR_DTYPE_Q5_K] = gemv_fast_q5_K, [HR_DTYPE_Q6_K] = gemv_fast_q6_K,
+            [HR_DTYPE_Q8_0] = cpu_mm_avx512_gemv_fast, [HR_DTYPE_Q4_0] = cpu_mm_avx512_gemv_fast,
+            [HR_DTYPE_Q4_1] = cpu_mm_avx512_gemv_fast, [HR_DTYPE_Q5_0] = cpu_mm_avx512_gemv_fast,
+            [HR_DTYPE_Q5_1] = cpu_mm_avx512_gemv_fast, [HR_DTYPE_Q2_K] = cpu_mm_avx512_gemv_fast,
+            [HR_DTYPE_Q3_K] = cpu_mm_avx512_gemv_fast, [HR_DTYPE_Q4_K] = cpu_mm_avx512_gemv_fast,
+            [HR_DTYPE_Q5_K] = cpu_mm_avx512_gemv_fast, [HR_DTYPE_Q6_K] = cpu_mm_avx512_gemv_fast,
         },
     .gemv_fast_layout =
         {
-            [HR_DTYPE_Q8_0] = CPU_XQ_QUAD, [HR_DTYPE_Q4_0] = CPU_XQ_QUAD,
+            [HR_DTYPE_Q8_0] = CPU_XQ_NATURAL, [HR_DTYPE_Q4_0] = CPU_XQ_QUAD,
             [HR_DTYPE_Q4_1] = CPU_XQ_QUAD, [HR_DTYPE_Q5_0] = CPU_XQ_QUAD,
             [HR_DTYPE_Q5_1] = CPU_XQ_QUAD, [HR_DTYPE_Q2_K] = CPU_XQ_NATURAL,
             [HR_DTYPE_Q3_K] = CPU_XQ_NATURAL, [HR_DTYPE_Q4_K] = CPU_XQ_K4,
             [HR_DTYPE_Q5_K] = CPU_XQ_K4, [HR_DTYPE_Q6_K] = CPU_XQ_NATURAL,
         },
-    .quantize = quantize,
+    .quantize = cpu_mm_avx512_quantize,
     .gemm_exact = gemm_exact,
     .gemm_fast =
         {

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (device tool), from the repository root, with the
+# binaries scripts/device_pack.sh made carried in .dev/device/:
+#   correctness first (each CUDA op against the CPU op, the attention and
+#   GEMV/sampling kernels against float64, whole models against the float32
+#   references), then the benchmarks, then transformers on the same shape.
+# Results go to $OUT (JSON lines for bench/results/), a short table last.
+#   scripts/device_check.sh [checks] [bench] [hf] [sweep]   (default: all four)
+set -u
+cd "$(dirname "$0")/.."
+D=$PWD/.dev/device
+export LD_LIBRARY_PATH=$D/lib:${LD_LIBRARY_PATH:-}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+# the binaries name files by the path of the checkout they were built in
+src=$(cat $D/source_dir)
+if [[ -n "$src" && "$src" != "$PWD" && ! -e "$src" ]]; then
+  mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"
+fi
+what=${*:-checks bench hf sweep}
+nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader
+
+if [[ $what == *checks* ]]; then
+  echo "== attention kernels";   $D/attention_check    2>&1 | tee $OUT/attention_check.txt | tail -40
+  echo "== gemv + sampling";     $D/gemv_sample_check  2>&1 | tee $OUT/gemv_sample_check.txt | tail -40
+  echo "== backend ops vs cpu";  $D/test_backend_ops   2>&1 | tee $OUT/test_backend_ops.txt | tail -80
+  echo "== models vs reference"; $D/test_cuda_model    2>&1 | tee $OUT/test_cuda_model.txt | tail -30
+fi
+B="$D/headroom bench --device cuda --json"
+if [[ $what == *bench* ]]; then
+  echo "== bench llama2-7b matrix"
+  $B --synthetic llama2-7b --prompt 128 --gen 256 --mem-report \
+     --dtype bf16,f16 --attn flash,naive --graphs on,off 2>&1 | tee $OUT/bench.jsonl
+  for p in 512 2048; do
+    $B --synthetic llama2-7b --prompt $p --gen 2 2>&1 | tee -a $OUT/bench.jsonl
+  done
+  $B --synthetic llama2-7b --prompt 128 --gen 256 --batch 64 2>&1 | tee -a $OUT/bench.jsonl
+  $B --synthetic llama2-7b --prompt 32768 --gen 64 --ctx 32832 2>&1 | tee -a $OUT/bench.jsonl
+fi
+if [[ $what == *hf* ]]; then
+  echo "== transformers, same shape"
+  python3 tools/hf_bench.py --shape llama2-7b --prompt 128 --gen 256 --attn eager,sdpa \
+     --headroom-json $OUT/bench.jsonl 2>&1 | grep -v Warning | tee $OUT/hf.txt
+fi
+if [[ $what == *sweep* ]]; then
+  echo "== planner sweep: planned vs measured device memory"
+  $D/bench_plan_sweep $OUT/plan_sweep.jsonl | tail -1
+fi
+grep -h '^{' $OUT/bench.jsonl 2>/dev/null | python3 -c '
+import json, sys
+for l in sys.stdin:
+    r = json.loads(l)
+    print("%-5s %-5s %-6s b%-3d p%-6d g%-4d ttft %8.2f ms  prefill %9.0f t/s  decode %8.1f t/s" % (
+        r["dtype"], r["attn"], r["graphs"], r["batch"], r["prompt"], r["gen"], r["ttft_ms"],
+        r["prefill_tok_s"], r["decode_tok_s"]))'

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds the CUDA binaries here (nvcc is on this machine, no GPU) and packs
+# them with the Debian shared libraries they link into .dev/device/, which
+# the device tool carries to the GPU machine (it has CUDA but none of our
+# -dev packages). Then scripts/device_check.sh runs there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=build-cuda
+# a shared libheadroom keeps the binaries small: the carried tree is limited
+cmake -S . -B $build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHR_CUDA=ON -DHR_SHARED=ON > /dev/null
+targets=(headroom_cli test_backend_ops test_cuda_model attention_check gemv_sample_check
+         bench_plan_sweep)
+cmake --build $build -j2 --target "${targets[@]}"
+out=.dev/device
+rm -rf $out
+mkdir -p $out/lib
+for t in headroom test_backend_ops test_cuda_model attention_check gemv_sample_check \
+         bench_plan_sweep; do
+  cp $build/bin/$t $out/
+  strip $out/$t
+done
+cp -L $build/lib/libheadroom.so $out/lib/
+strip $out/lib/libheadroom.so
+# the Debian libraries the library links (the CUDA ones are on the device)
+for lib in $(ldd $build/lib/libheadroom.so | awk '/=>/ {print $3}' | grep -E 'cjson|pcre2'); do
+  cp -L "$lib" $out/lib/
+done
+# the binaries name files by the path of this checkout: the device links it
+pwd > $out/source_dir
+du -sh $out

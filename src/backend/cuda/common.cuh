@@ -1,0 +1,63 @@
+/*
+ * common.cuh — device helpers shared by the kernels: the two 16-bit types
+ * behind ck_dtype, conversions, warp and block reductions, and the dispatch
+ * from the run-time ck_dtype to a template instance.
+ */
+#ifndef HR_BACKEND_CUDA_COMMON_CUH
+#define HR_BACKEND_CUDA_COMMON_CUH
+
+#include "backend/cuda/kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+__device__ __forceinline__ float ck_to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float ck_to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ void ck_from_f32(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void ck_from_f32(__half *p, float v) { *p = __float2half_rn(v); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread
+ * gets the result. scratch: 32 floats of shared memory. */
+__device__ __forceinline__ float block_sum(float v, float *scratch) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warp = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* scratch may still be read from a previous call */
+    if (lane == 0)
+        scratch[warp] = v;
+    __syncthreads();
+    v = lane < n_warp ? scratch[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+/* Calls f.template operator()<T>() with T the element type of dt. */
+#define CK_DISPATCH(dt, ...)                                                   \
+    do {                                                                       \
+        if ((dt) == CK_BF16) {                                                 \
+            typedef __nv_bfloat16 T;                                           \
+            __VA_ARGS__;                                                       \
+        } else {                                                               \
+            typedef __half T;                                                  \
+            __VA_ARGS__;                                                       \
+        }                                                                      \
+    } while (0)
+
+static inline unsigned ck_blocks(int64_t n, int per_block) {
+    return (unsigned)((n + per_block - 1) / per_block);
+}
+
+#endif

@@ -1,0 +1,913 @@
+/*
+ * cuda_backend.c — the CUDA backend's host side: device memory (every byte
+ * counted by part), weight upload through pinned staging buffers, the step's
+ * metadata at fixed device addresses, the ops table, and one CUDA graph per
+ * decode step.
+ *
+ * Graphs: a decode step (every segment one token, every row wanting its
+ * next token) of B rows is run eagerly the first time (cuBLASLt chooses its
+ * algorithms then), captured the second time, and replayed from then on:
+ * begin_step copies the step's tokens, positions, slots and block tables to
+ * the same device buffers, the ops become no-ops, and end_step fills the
+ * sampling parameters (pinned) and launches the graph, which also copies the
+ * sampled ids back. Graphs are keyed by (B, sampling on the device or not).
+ *
+ * Errors inside ops (which return void) are kept and reported by end_step.
+ */
+#include "backend/cuda/cuda_backend.h"
+
+#include "backend/cuda/cuda_gemm.h"
+#include "backend/cuda/kernels.h"
+#include "memory/sizes.h"
+#include "quant/quant.h"
+#include "util/alloc.h"
+#include "util/fp16.h"
+#include "util/log.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HR_CUDA_TRY(expr)                                                                  \
+    do {                                                                                   \
+        cudaError_t e_ = (expr);                                                           \
+        if (e_ != cudaSuccess)                                                             \
+            return hr_err_set(err, HR_ERR_DEVICE, "cuda: %s: %s (%s:%d)", #expr,           \
+                              cudaGetErrorString(e_), __FILE__, __LINE__);                  \
+    } while (0)
+
+#define STAGE_BYTES ((size_t)64 << 20)  /* two pinned buffers of 64 MiB: copy one, fill the other */
+#define SPLIT_LEN 64 /* the shortest flash-decoding split: shorter ones cost more than they spread */
+
+_Static_assert(sizeof(ck_sample_params) == SIZES_CUDA_SAMPLE_PARAM,
+               "memory/sizes.h must know the sampling parameters' size");
+
+typedef enum { MEM_WEIGHTS, MEM_KV, MEM_ACT, MEM_WORK, MEM_PARTS } mem_part;
+
+struct be_weight {
+    void *w;       /* (n_rows, k) ck, the parts stacked */
+    float *bias;   /* (n_rows) f32 or NULL */
+    int64_t n_rows, k;
+};
+
+struct be_vector {
+    float *data; /* (n) f32 */
+    int64_t n;
+};
+
+typedef struct {
+    hr_backend base;
+    be_params p;
+    ck_dtype dt;
+    cudaStream_t stream;
+    cuda_gemm *gemm;
+    uint8_t *arena;         /* one cudaMalloc of the planned bytes, or NULL */
+    uint64_t arena_bytes, arena_used;
+    void **allocs; /* device allocations (cudaFree) */
+    int32_t n_allocs, cap_allocs;
+    void **host;   /* host structs (hr_free) */
+    int32_t n_host, cap_host;
+    uint64_t bytes[MEM_PARTS];
+    uint64_t runtime_bytes, graph_bytes;
+    /* weight upload */
+    void *stage[2];
+    cudaEvent_t stage_done[2];
+    int stage_next;
+    double upload_s, t_progress;
+    uint64_t uploaded;
+    /* KV pool and attention */
+    be_config kv;
+    uint8_t *k_pool, *v_pool;
+    size_t kv_layer_bytes;
+    float *inv_freq;
+    int n_splits;
+    float *att_work;
+    /* step metadata: pinned host mirror and device copy, fixed offsets */
+    int32_t *h_meta, *d_meta;
+    size_t meta_ints;
+    size_t o_tok, o_pos, o_slot, o_seq, o_out, o_dec, o_trow, o_tn, o_bt;
+    ck_sample_params *h_sp, *d_sp;
+    int32_t *h_tok, *d_tok;
+    void *sample_work;
+    /* the current step */
+    int32_t n_rows, n_out, n_dec, n_tiles;
+    bool decode_only, capturing, replaying;
+    int graph_key;
+    cudaGraphExec_t *graphs; /* (2 * (max_rows + 1)) */
+    uint8_t *graph_state;    /* 0 never run, 1 run eagerly once, 2 captured */
+    int n_graphs;
+    hr_error step_err;
+    hr_status step_status;
+} cuda_backend;
+
+/* ---------------------------------------------------------------- devices */
+
+static char why_not[256] = "no CUDA device found";
+static char dev_name[256] = "unknown GPU";
+
+int cuda_device_count(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(why_not, sizeof why_not, "no usable CUDA device (%s)", cudaGetErrorString(e));
+        cudaGetLastError(); /* clear it */
+        return 0;
+    }
+    if (n == 0)
+        snprintf(why_not, sizeof why_not, "no CUDA device found");
+    return n;
+}
+
+const char *cuda_why_not(void) { return why_not; }
+
+const char *cuda_device_name(void) {
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+        snprintf(dev_name, sizeof dev_name, "%s", prop.name);
+    return dev_name;
+}
+
+hr_status cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err) {
+    size_t f = 0, t = 0;
+    cudaError_t e = cudaMemGetInfo(&f, &t);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return hr_err_set(err, HR_ERR_DEVICE, "cuda: cannot read the device's memory: %s",
+                          cudaGetErrorString(e));
+    }
+    *free_bytes = f;
+    *total_bytes = t;
+    return HR_OK;
+}
+
+/* ---------------------------------------------------------------- memory */
+
+/* Device memory: from the arena the engine planned (256-byte aligned
+ * pieces, sizes from memory/sizes.h), or cudaMalloc per piece when the
+ * backend was created without a plan (tests). Running past the arena means
+ * the plan and the code disagree: refused, never extended. */
+static hr_status dev_alloc(cuda_backend *c, size_t n_bytes, mem_part part, const char *what,
+                           void **out, hr_error *err) {
+    static const char *const parts[MEM_PARTS] = {"weights", "KV cache", "activations",
+                                                 "workspace"};
+    uint64_t n = sizes_align(n_bytes ? n_bytes : 1, SIZES_CUDA_ALIGN);
+    if (c->arena) {
+        if (c->arena_used + n > c->arena_bytes)
+            return hr_err_set(err, HR_ERR_NO_FIT,
+                              "cuda: %s (%s) needs %llu bytes beyond the %llu planned",
+                              what, parts[part], (unsigned long long)n,
+                              (unsigned long long)c->arena_bytes);
+        *out = c->arena + c->arena_used;
+        c->arena_used += n;
+        c->bytes[part] += n;
+        return HR_OK;
+    }
+    if (c->n_allocs == c->cap_allocs) {
+        int32_t cap = c->cap_allocs ? 2 * c->cap_allocs : 256;
+        void **a = hr_realloc(c->allocs, (size_t)cap * sizeof *a);
+        if (!a)
+            return hr_err_set(err, HR_ERR_NOMEM, "cuda backend: out of host memory");
+        c->allocs = a;
+        c->cap_allocs = cap;
+    }
+    void *p = NULL;
+    if (hr_alloc_should_fail()) /* the fault-injection hook covers device memory too */
+        return hr_err_set(err, HR_ERR_NOMEM, "cuda: cannot allocate %zu bytes for %s", n_bytes,
+                          what);
+    cudaError_t e = cudaMalloc(&p, n);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return hr_err_set(err, HR_ERR_NOMEM, "cuda: cannot allocate %llu bytes for %s (%s): %s",
+                          (unsigned long long)n, what, parts[part], cudaGetErrorString(e));
+    }
+    c->allocs[c->n_allocs++] = p;
+    c->bytes[part] += n;
+    *out = p;
+    return HR_OK;
+}
+
+/* Records a host allocation the backend frees; frees p and fails if the
+ * list cannot grow. */
+static hr_status own_host(cuda_backend *c, void *p, hr_error *err) {
+    if (c->n_host == c->cap_host) {
+        int32_t cap = c->cap_host ? 2 * c->cap_host : 256;
+        void **a = hr_realloc(c->host, (size_t)cap * sizeof *a);
+        if (!a) {
+            hr_free(p);
+            return hr_err_set(err, HR_ERR_NOMEM, "cuda backend: out of host memory");
+        }
+        c->host = a;
+        c->cap_host = cap;
+    }
+    c->host[c->n_host++] = p;
+    return HR_OK;
+}
+
+static void cuda_free_backend(hr_backend *b) {
+    cuda_backend *c = (cuda_backend *)b;
+    if (!c)
+        return;
+    if (c->stream)
+        cudaStreamSynchronize(c->stream);
+    if (c->graphs)
+        for (int32_t i = 0; i < 2 * (c->kv.max_rows + 1); i++)
+            if (c->graphs[i])
+                cudaGraphExecDestroy(c->graphs[i]);
+    hr_free(c->graphs);
+    hr_free(c->graph_state);
+    for (int32_t i = 0; i < c->n_allocs; i++)
+        cudaFree(c->allocs[i]);
+    hr_free(c->allocs);
+    if (c->arena)
+        cudaFree(c->arena);
+    for (int32_t i = 0; i < c->n_host; i++)
+        hr_free(c->host[i]);
+    hr_free(c->host);
+    for (int i = 0; i < 2; i++) {
+        if (c->stage[i])
+            cudaFreeHost(c->stage[i]);
+        if (c->stage_done[i])
+            cudaEventDestroy(c->stage_done[i]);
+    }
+    if (c->h_meta)
+        cudaFreeHost(c->h_meta);
+    if (c->h_sp)
+        cudaFreeHost(c->h_sp);
+    if (c->h_tok)
+        cudaFreeHost(c->h_tok);
+    cuda_gemm_free(c->gemm);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    hr_free(c);
+}
+
+/* ---------------------------------------------------------------- upload */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void progress(cuda_backend *c, bool done) {
+    if (!c->p.progress || !isatty(2))
+        return;
+    double t = now_s();
+    if (!done && t - c->t_progress < 0.25)
+        return;
+    c->t_progress = t;
+    double gb = (double)c->uploaded / 1e9;
+    fprintf(stderr, "\rloading weights: %.2f GB, %.2f GB/s%s", gb,
+            c->upload_s > 0 ? gb / c->upload_s : 0.0, done ? "\n" : "");
+}
+
+/* Copies rows [0, n_rows) of tensor t into dst (ck) through the pinned
+ * staging buffers, converting on the host when t is not already ck. */
+static hr_status upload(cuda_backend *c, void *dst, const model_tensor *t, hr_error *err) {
+    if (c->p.skip_upload) /* memory and speed measurements only: weights left unset */
+        return HR_OK;
+    double t0 = now_s();
+    const int64_t K = t->ne[0], rows = t->n_dims > 1 ? t->ne[1] : 1;
+    const hr_dtype ck = c->p.compute;
+    const size_t src_row = hr_dtype_row_bytes(t->dtype, K), dst_row = (size_t)K * 2;
+    int64_t per_chunk = (int64_t)(STAGE_BYTES / (dst_row > src_row ? dst_row : src_row));
+    if (per_chunk < 1)
+        return hr_err_set(err, HR_ERR_UNSUPPORTED, "cuda: tensor '%s' rows are too long",
+                          t->name);
+    float *tmp = NULL;
+    if (t->dtype != ck && !(tmp = hr_malloc((size_t)K * sizeof(float))))
+        return hr_err_set(err, HR_ERR_NOMEM, "cuda: out of host memory");
+    hr_status s = HR_OK;
+    for (int64_t r0 = 0; r0 < rows && s == HR_OK; r0 += per_chunk) {
+        int64_t n = rows - r0 < per_chunk ? rows - r0 : per_chunk;
+        int i = c->stage_next;
+        c->stage_next ^= 1;
+        cudaError_t e = cudaEventSynchronize(c->stage_done[i]);
+        uint8_t *stage = c->stage[i];
+        if (t->dtype == ck) {
+            memcpy(stage, t->data + (size_t)r0 * src_row, (size_t)n * dst_row);
+        } else {
+            uint16_t *out = (uint16_t *)stage;
+            for (int64_t r = 0; r < n; r++) {
+                quant_dequantize_row(t->dtype, t->data + (size_t)(r0 + r) * src_row, tmp, K);
+                for (int64_t k = 0; k < K; k++)
+                    out[r * K + k] =
+                        ck == HR_DTYPE_BF16 ? hr_f32_to_bf16(tmp[k]) : hr_f32_to_f16(tmp[k]);
+            }
+        }
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync((uint8_t *)dst + (size_t)r0 * dst_row, stage, (size_t)n * dst_row,
+                                cudaMemcpyHostToDevice, c->stream);
+        if (e == cudaSuccess)
+            e = cudaEventRecord(c->stage_done[i], c->stream);
+        if (e != cudaSuccess)
+            s = hr_err_set(err, HR_ERR_DEVICE, "cuda: uploading '%s': %s", t->name,
+                           cudaGetErrorString(e));
+        c->uploaded += (uint64_t)n * dst_row;
+        c->upload_s += now_s() - t0;
+        t0 = now_s();
+        progress(c, false);
+    }
+    hr_free(tmp);
+    return s;
+}
+
+static hr_status cuda_weight_create(hr_backend *b, const model_tensor *const *parts,
+                                    const model_tensor *const *biases, int n_parts,
+                                    be_weight **out, hr_error *err) {
+    cuda_backend *c = (cuda_backend *)b;
+    be_weight *w = hr_calloc(1, sizeof *w);
+    if (!w)
+        return hr_err_set(err, HR_ERR_NOMEM, "cuda backend: out of host memory");
+    w->k = parts[0]->ne[0];
+    bool any_bias = false;
+    for (int i = 0; i < n_parts; i++) {
+        w->n_rows += parts[i]->ne[1];
+        any_bias |= biases && biases[i];
+    }
+    hr_status s = HR_OK;
+    if (w->k % 8 != 0)
+        s = hr_err_set(err, HR_ERR_UNSUPPORTED,
+                       "cuda: tensor '%s' has rows of %lld elements; the GPU kernels need a "
+                       "multiple of 8",
+                       parts[0]->name, (long long)w->k);
+    if (s == HR_OK)
+        s = dev_alloc(c, (size_t)w->n_rows * (size_t)w->k * 2, MEM_WEIGHTS, parts[0]->name,
+                      &w->w, err);
+    int64_t at = 0;
+    for (int i = 0; i < n_parts && s == HR_OK; i++) {
+        s = upload(c, (uint8_t *)w->w + (size_t)at * (size_t)w->k * 2, parts[i], err);
+        at += parts[i]->ne[1];
+    }
+    if (s == HR_OK && any_bias) {
+        float *hb = hr_calloc((size_t)w->n_rows, sizeof(float));
+        s = hb ? dev_alloc(c, (size_t)w->n_rows * sizeof(float), MEM_WEIGHTS, "bias",
+                           (void **)&w->bias, err)
+               : hr_err_set(err, HR_ERR_NOMEM, "cuda backend: out of host memory");
+        at = 0;
+        for (int i = 0; i < n_parts && s == HR_OK; i++) {
+            if (biases[i] && biases[i]->data)
+                quant_dequantize_row(biases[i]->dtype, biases[i]->data, hb + at,
+                                     biases[i]->ne[0]);
+            at += parts[i]->ne[1];
+        }
+        if (s == HR_OK) {
+            cudaError_t e = cudaMemcpy(w->bias, hb, (size_t)w->n_rows * sizeof(float),
+                                       cudaMemcpyHostToDevice);
+            if (e != cudaSuccess)
+                s = hr_err_set(err, HR_ERR_DEVICE, "cuda: bias upload: %s",
+                               cudaGetErrorString(e));
+        }
+        hr_free(hb);
+    }
+    if (s != HR_OK) {
+        hr_free(w);
+        return s;
+    }
+    HR_TRY(own_host(c, w, err));
+    *out = w;
+    return HR_OK;
+}
+
+static hr_status cuda_vector_create(hr_backend *b, const model_tensor *t, be_vector **out,
+                                    hr_error *err) {
+    cuda_backend *c = (cuda_backend *)b;
+    be_vector *v = hr_calloc(1, sizeof *v);
+    float *h = hr_calloc((size_t)t->ne[0], sizeof(float));
+    if (!v || !h) {
+        hr_free(v);
+        hr_free(h);
+        return hr_err_set(err, HR_ERR_NOMEM, "cuda backend: out of host memory");
+    }
+    v->n = t->ne[0];
+    if (t->data)
+        quant_dequantize_row(t->dtype, t->data, h, v->n);
+    hr_status s = dev_alloc(c, (size_t)v->n * sizeof(float), MEM_WEIGHTS, t->name,
+                            (void **)&v->data, err);
+    if (s == HR_OK) {
+        cudaError_t e =
+            cudaMemcpy(v->data, h, (size_t)v->n * sizeof(float), cudaMemcpyHostToDevice);
+        if (e != cudaSuccess)
+            s = hr_err_set(err, HR_ERR_DEVICE, "cuda: uploading '%s': %s", t->name,
+                           cudaGetErrorString(e));
+    }
+    hr_free(h);
+    if (s != HR_OK) {
+        hr_free(v);
+        return s;
+    }
+    HR_TRY(own_host(c, v, err));
+    *out = v;
+    return HR_OK;
+}
+
+static hr_status cuda_tensor_alloc(hr_backend *b, int64_t rows, int64_t cols, bool matmul_input,
+                                   be_tensor *out, hr_error *err) {
+    cuda_backend *c = (cuda_backend *)b;
+    /* rows padded to 64 elements: every row starts 128-byte aligned, as the
+     * 16-byte vector loads and cuBLASLt prefer */
+    HR_TRY(dev_alloc(c, sizes_tensor(SIZES_CUDA, rows, cols, matmul_input), MEM_ACT,
+                     "activations", &out->data, err));
+    int64_t ld = sizes_ld(SIZES_CUDA, cols);
+    out->cols = cols;
+    out->ld = ld;
+    return HR_OK;
+}
+
+static hr_status cuda_kv_alloc(hr_backend *b, const be_config *cfg, hr_error *err) {
+    cuda_backend *c = (cuda_backend *)b;
+    const hr_model_info *in = b->info;
+    if (cfg->kv_dtype != c->p.compute)
+        return hr_err_set(err, HR_ERR_UNSUPPORTED,
+                          "cuda: the KV cache is kept in the compute type (%s), not %s",
+                          hr_dtype_name(c->p.compute), hr_dtype_name(cfg->kv_dtype));
+    if (cfg->max_rows > 4096 || cfg->max_out > 4096)
+        return hr_err_set(err, HR_ERR_UNSUPPORTED, "cuda: steps of more than 4096 rows");
+    c->kv = *cfg;
+    const int64_t max_ctx = (int64_t)cfg->max_blocks_per_seq * cfg->block_size;
+    c->kv_layer_bytes = (size_t)cfg->n_block * (size_t)in->n_head_kv *
+                        (size_t)cfg->block_size * (size_t)in->head_dim * 2;
+    size_t pool = c->kv_layer_bytes * (size_t)in->n_layer;
+    HR_TRY(dev_alloc(c, pool, MEM_KV, "the K cache", (void **)&c->k_pool, err));
+    HR_TRY(dev_alloc(c, pool, MEM_KV, "the V cache", (void **)&c->v_pool, err));
+
+    /* Attention workspace: flash-decoding partials, and the naive kernel's
+     * scores when it can run (--attn naive, or a head size the flash kernels
+     * lack); a decode row is one sequence's single-token segment, so at most
+     * n_seq_max of them. The kernel spreads each row's context over the
+     * splits at run time (memory/sizes.c chooses their number). */
+    c->n_splits = sizes_cuda_splits(in, cfg);
+    int64_t att = ck_attention_work_floats(cfg->n_seq_max, in->n_head, in->head_dim,
+                                           c->n_splits, 0);
+    if (c->p.attn_naive || !sizes_cuda_flash_dh(in->head_dim)) {
+        int64_t naive =
+            ck_attention_work_floats(cfg->max_rows, in->n_head, in->head_dim, 0, (int)max_ctx);
+        att = naive > att ? naive : att;
+    }
+    HR_TRY(dev_alloc(c, (size_t)att * sizeof(float), MEM_WORK, "attention workspace",
+                     (void **)&c->att_work, err));
+    HR_TRY(dev_alloc(c, (size_t)(in->head_dim / 2) * sizeof(float), MEM_WORK, "rope",
+                     (void **)&c->inv_freq, err));
+    HR_CUDA_TRY(cudaMemcpy(c->inv_freq, cfg->rope_inv_freq,
+                           (size_t)(in->head_dim / 2) * sizeof(float), cudaMemcpyHostToDevice));
+
+    /* the step's metadata, at fixed addresses (a captured graph reads them) */
+    const size_t B = (size_t)cfg->max_rows;
+    c->o_tok = 0;
+    c->o_pos = c->o_tok + B;
+    c->o_slot = c->o_pos + B;
+    c->o_seq = c->o_slot + B;
+    c->o_out = c->o_seq + B;
+    c->o_dec = c->o_out + (size_t)cfg->max_out;
+    c->o_trow = c->o_dec + B;
+    c->o_tn = c->o_trow + B;
+    c->o_bt = c->o_tn + B;
+    c->meta_ints = c->o_bt + (size_t)cfg->n_seq_max * (size_t)cfg->max_blocks_per_seq;
+    HR_ASSERT(c->meta_ints == sizes_cuda_meta_ints(cfg));
+    HR_CUDA_TRY(cudaMallocHost((void **)&c->h_meta, c->meta_ints * sizeof(int32_t)));
+    HR_TRY(dev_alloc(c, c->meta_ints * sizeof(int32_t), MEM_WORK, "step metadata",
+                     (void **)&c->d_meta, err));
+    HR_CUDA_TRY(cudaMallocHost((void **)&c->h_sp, (size_t)cfg->max_out * sizeof *c->h_sp));
+    HR_CUDA_TRY(cudaMallocHost((void **)&c->h_tok, (size_t)cfg->max_out * sizeof(int32_t)));
+    HR_TRY(dev_alloc(c, (size_t)cfg->max_out * sizeof *c->d_sp, MEM_WORK, "sampling",
+                     (void **)&c->d_sp, err));
+    HR_TRY(dev_alloc(c, (size_t)cfg->max_out * sizeof(int32_t), MEM_WORK, "sampling",
+                     (void **)&c->d_tok, err));
+    size_t sample_work = ck_sample_work_bytes(cfg->max_out, in->n_vocab);
+    if (sample_work > 0)
+        HR_TRY(dev_alloc(c, sample_work, MEM_WORK, "sampling", &c->sample_work, err));
+    size_t n_graphs = 2 * ((size_t)cfg->max_rows + 1);
+    c->graphs = hr_calloc(n_graphs, sizeof *c->graphs);
+    c->graph_state = hr_calloc(n_graphs, 1);
+    if (!c->graphs || !c->graph_state)
+        return hr_err_set(err, HR_ERR_NOMEM, "cuda backend: out of host memory");
+
+    /* the weights are all up: wait for the last copies and report */
+    HR_CUDA_TRY(cudaStreamSynchronize(c->stream));
+    progress(c, true);
+    HR_LOG_I("weights: %.2f GB to the device in %.2f s (%.2f GB/s)", (double)c->uploaded / 1e9,
+             c->upload_s, c->upload_s > 0 ? (double)c->uploaded / 1e9 / c->upload_s : 0.0);
+    return HR_OK;
+}
+
+/* ---------------------------------------------------------------- the step */
+
+static hr_status cuda_begin_step(hr_backend *b, const hr_step *s, hr_error *err) {
+    cuda_backend *c = (cuda_backend *)b;
+    if (s->n_rows > c->kv.max_rows || s->n_out > c->kv.max_out)
+        return hr_err_set(err, HR_ERR_INVALID, "cuda: step of %d rows (%d outputs) over the "
+                                               "planned %d (%d)",
+                          s->n_rows, s->n_out, c->kv.max_rows, c->kv.max_out);
+    c->step_status = HR_OK;
+    c->n_rows = s->n_rows;
+    c->n_out = s->n_out;
+    int32_t *m = c->h_meta;
+    const size_t B = (size_t)s->n_rows;
+    memcpy(m + c->o_tok, s->tokens, B * sizeof(int32_t));
+    memcpy(m + c->o_pos, s->pos, B * sizeof(int32_t));
+    memcpy(m + c->o_slot, s->slot, B * sizeof(int32_t));
+    memcpy(m + c->o_out, s->out_rows, (size_t)s->n_out * sizeof(int32_t));
+    c->n_dec = c->n_tiles = 0;
+    c->decode_only = s->n_out == s->n_rows;
+    for (int32_t i = 0; i < s->n_seg; i++) {
+        const step_segment *g = &s->segs[i];
+        for (int32_t r = 0; r < g->n; r++)
+            m[c->o_seq + (size_t)(g->row0 + r)] = g->seq;
+        if (g->n == 1) {
+            m[c->o_dec + (size_t)c->n_dec++] = g->row0;
+        } else {
+            c->decode_only = false;
+            for (int32_t r = 0; r < g->n; r += CK_ATT_TILE) {
+                m[c->o_trow + (size_t)c->n_tiles] = g->row0 + r;
+                m[c->o_tn + (size_t)c->n_tiles] = g->n - r < CK_ATT_TILE ? g->n - r : CK_ATT_TILE;
+                c->n_tiles++;
+            }
+        }
+    }
+    for (int32_t i = 0; i < s->n_out && c->decode_only; i++)
+        c->decode_only = s->out_rows[i] == i;
+    const size_t tables = (size_t)c->kv.n_seq_max * (size_t)c->kv.max_blocks_per_seq;
+    memcpy(m + c->o_bt, s->block_tables, tables * sizeof(int32_t));
+    HR_CUDA_TRY(cudaMemcpyAsync(c->d_meta, c->h_meta, c->meta_ints * sizeof(int32_t),
+                                cudaMemcpyHostToDevice, c->stream));
+
+    /* a decode step of B rows: eager the first time, captured the second
+     * (after the metadata copy above, which stays outside the graph),
+     * replayed after that */
+    c->capturing = c->replaying = false;
+    c->graph_key = -1;
+    if (!c->p.no_graphs && c->decode_only && s->n_rows > 0)
+        c->graph_key = 2 * s->n_rows + (s->device_sample && s->n_out > 0);
+    if (c->graph_key >= 0 && c->graph_state[c->graph_key] == 2) {
+        c->replaying = true;
+    } else if (c->graph_key >= 0 && c->graph_state[c->graph_key] == 1 &&
+               c->n_graphs < SIZES_CUDA_MAX_GRAPHS) { /* the planner reserved that many */
+        cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+        if (e == cudaSuccess)
+            c->capturing = true;
+        else
+            return hr_err_set(err, HR_ERR_DEVICE, "cuda: cannot capture a graph: %s",
+                              cudaGetErrorString(e));
+    }
+    return HR_OK;
+}
+
+#define OP_PRELUDE(c)                   \
+    if ((c)->replaying || (c)->step_status != HR_OK) \
+        return
+
+static void op_error(cuda_backend *c, const char *op) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess && c->step_status == HR_OK)
+        c->step_status = hr_err_set(&c->step_err, HR_ERR_DEVICE, "cuda: %s: %s", op,
+                                    cudaGetErrorString(e));
+}
+
+static const int32_t *meta(const cuda_backend *c, size_t off) { return c->d_meta + off; }
+
+static void cuda_embed(hr_backend *b, be_tensor *x, const be_weight *tok_embd) {
+    cuda_backend *c = (cuda_backend *)b;
+    OP_PRELUDE(c);
+    ck_embed(c->stream, x->data, x->ld, tok_embd->w, c->dt, meta(c, c->o_tok), c->n_rows,
+             (int)tok_embd->k);
+    op_error(c, "embed");
+}
+
+static void cuda_rmsnorm(hr_backend *b, be_tensor *y, const be_tensor *x, const be_vector *w,
+                         float eps, int64_t n) {
+    cuda_backend *c = (cuda_backend *)b;
+    OP_PRELUDE(c);
+    ck_add_rmsnorm(c->stream, x->data, x->ld, NULL, 0, y->data, y->ld, c->dt, w->data, eps,
+                   (int)n, (int)x->cols);
+    op_error(c, "rmsnorm");
+}
+
+static void cuda_add_rmsnorm(hr_backend *b, be_tensor *x, const be_tensor *dx, be_tensor *y,
+                             const be_vector *w, float eps) {
+    cuda_backend *c = (cuda_backend *)b;
+    OP_PRELUDE(c);
+    ck_add_rmsnorm(c->stream, x->data, x->ld, dx->data, dx->ld, y->data, y->ld, c->dt, w->data,
+                   eps, c->n_rows, (int)x->cols);
+    op_error(c, "add_rmsnorm");
+}
+
+static void cuda_matmul(hr_backend *b, be_tensor *y, const be_tensor *x, const be_weight *w,
+                        int64_t n) {
+    cuda_backend *c = (cuda_backend *)b;
+    OP_PRELUDE(c);
+    if (n <= 0)
+        return;
+    if (n <= CK_GEMV_MAX_ROWS) {
+        ck_gemv(c->stream, y->data, y->ld, x->data, x->ld, w->w, w->bias, c->dt, (int)n,
+                (int)w->n_rows, (int)w->k);
+    } else {
+        hr_status s = cuda_gemm_run(c->gemm, c->stream, y->data, y->ld, x->data, x->ld, w->w,
+                                    c->dt, (int)n, (int)w->n_rows, (int)w->k, &c->step_err);
+        if (s != HR_OK) {
+            c->step_status = s;
+            return;
+        }
+        if (w->bias)
+            ck_add_bias(c->stream, y->data, y->ld, w->bias, (int)n, (int)w->n_rows);
+    }
+    op_error(c, "matmul");
+}
+
+static void cuda_rope(hr_backend *b, be_tensor *qkv, const float *inv_freq, rope_style style,
+                      int32_t n_head, int32_t n_head_kv, int32_t head_dim) {
+    (void)inv_freq; /* the device copy made at setup */
+    cuda_backend *c = (cuda_backend *)b;
+    OP_PRELUDE(c);
+    ck_rope(c->stream, qkv->data, qkv->ld, meta(c, c->o_pos), c->inv_freq,
+            style == ROPE_STYLE_NEOX, c->n_rows, n_head, n_head_kv, head_dim);
+    op_error(c, "rope");
+}
+
+static void cuda_kv_store(hr_backend *b, int32_t layer, const be_tensor *qkv) {
+    cuda_backend *c = (cuda_backend *)b;
+    OP_PRELUDE(c);
+    const hr_model_info *in = b->info;
+    size_t off = (size_t)layer * c->kv_layer_bytes;
+    ck_kv_store(c->stream, qkv->data, qkv->ld, c->k_pool + off, c->v_pool + off, c->dt,
+                meta(c, c->o_slot), c->n_rows, in->n_head, in->n_head_kv, in->head_dim,
+                c->kv.block_size);
+    op_error(c, "kv_store");
+}
+
+static void cuda_attention(hr_backend *b, int32_t layer, be_tensor *out, const be_tensor *qkv) {
+    cuda_backend *c = (cuda_backend *)b;
+    OP_PRELUDE(c);
+    const hr_model_info *in = b->info;
+    size_t off = (size_t)layer * c->kv_layer_bytes;
+    ck_attn_args a = {.qkv = qkv->data,
+                      .ld_qkv = qkv->ld,
+                      .out = out->data,
+                      .ld_out = out->ld,
+                      .k_pool = c->k_pool + off,
+                      .v_pool = c->v_pool + off,
+                      .dt = c->dt,
+                      .row_seq = meta(c, c->o_seq),
+                      .row_pos = meta(c, c->o_pos),
+                      .block_tables = meta(c, c->o_bt),
+                      .max_blocks = c->kv.max_blocks_per_seq,
+                      .n_rows = c->n_rows,
+                      .H = in->n_head,
+                      .Hkv = in->n_head_kv,
+                      .Dh = in->head_dim,
+                      .BS = c->kv.block_size,
+                      .scale = 1.0f / sqrtf((float)in->head_dim),
+                      .dec_rows = meta(c, c->o_dec),
+                      .n_dec = c->n_dec,
+                      .n_splits = c->n_splits,
+                      .split_len = SPLIT_LEN,
+                      .work = c->att_work,
+                      .tile_row0 = meta(c, c->o_trow),
+                      .tile_n = meta(c, c->o_tn),
+                      .n_tiles = c->n_tiles};
+    if (c->p.attn_naive) {
+        ck_attention_naive(c->stream, &a);
+    } else {
+        if (c->n_dec > 0)
+            ck_attention_decode(c->stream, &a);
+        if (c->n_tiles > 0)
+            ck_attention_prefill(c->stream, &a);
+    }
+    op_error(c, "attention");
+}
+
+static void cuda_swiglu(hr_backend *b, be_tensor *h, const be_tensor *gu) {
+    cuda_backend *c = (cuda_backend *)b;
+    OP_PRELUDE(c);
+    ck_swiglu(c->stream, h->data, h->ld, c->dt, gu->data, gu->ld, c->n_rows, (int)h->cols);
+    op_error(c, "swiglu");
+}
+
+static void cuda_gather_rows(hr_backend *b, be_tensor *y, const be_tensor *x) {
+    cuda_backend *c = (cuda_backend *)b;
+    OP_PRELUDE(c);
+    ck_gather(c->stream, y->data, y->ld, x->data, x->ld, c->dt, meta(c, c->o_out), c->n_out,
+              (int)x->cols);
+    op_error(c, "gather_rows");
+}
+
+/* Enqueues the device sampling of the step's outputs (parameters read from
+ * the pinned buffer when the work runs, so a replayed graph sees new ones). */
+static void enqueue_sampling(cuda_backend *c, const be_tensor *logits) {
+    cudaMemcpyAsync(c->d_sp, c->h_sp, (size_t)c->n_out * sizeof *c->d_sp, cudaMemcpyHostToDevice,
+                    c->stream);
+    ck_sample(c->stream, c->d_tok, logits->data, logits->ld, c->n_out, (int)logits->cols,
+              c->d_sp, c->sample_work);
+    cudaMemcpyAsync(c->h_tok, c->d_tok, (size_t)c->n_out * sizeof(int32_t),
+                    cudaMemcpyDeviceToHost, c->stream);
+    op_error(c, "sample");
+}
+
+static hr_status cuda_end_step(hr_backend *b, const be_tensor *logits, float *host_logits,
+                               const be_sample *samples, int32_t *host_tokens, hr_error *err) {
+    cuda_backend *c = (cuda_backend *)b;
+    bool sample = samples != NULL && c->n_out > 0;
+    for (int32_t i = 0; sample && i < c->n_out; i++)
+        c->h_sp[i] = (ck_sample_params){.temperature = samples[i].temperature,
+                                        .top_k = samples[i].top_k,
+                                        .top_p = samples[i].top_p,
+                                        .min_p = samples[i].min_p,
+                                        .seed = samples[i].seed,
+                                        .step = samples[i].step};
+    if (c->graph_key >= 0 && sample != (bool)(c->graph_key & 1) && c->step_status == HR_OK)
+        c->step_status = hr_err_set(&c->step_err, HR_ERR_INVALID,
+                                    "cuda: end_step %s samples, begin_step said %s",
+                                    sample ? "with" : "without", sample ? "no" : "yes");
+    if (c->step_status == HR_OK && !c->replaying && sample)
+        enqueue_sampling(c, logits);
+    if (c->capturing && c->step_status != HR_OK) {
+        cudaGraph_t g = NULL;
+        cudaStreamEndCapture(c->stream, &g);
+        if (g)
+            cudaGraphDestroy(g);
+        c->capturing = false;
+    }
+    if (c->capturing) {
+        cudaGraph_t g = NULL;
+        cudaGraphExec_t exec = NULL;
+        HR_CUDA_TRY(cudaStreamEndCapture(c->stream, &g));
+        size_t free0 = 0, free1 = 0, total = 0;
+        cudaMemGetInfo(&free0, &total);
+        cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+        cudaMemGetInfo(&free1, &total);
+        cudaGraphDestroy(g);
+        HR_CUDA_TRY(e);
+        c->graph_bytes += free0 > free1 ? free0 - free1 : 0;
+        c->graphs[c->graph_key] = exec;
+        c->graph_state[c->graph_key] = 2;
+        c->n_graphs++;
+        c->capturing = false;
+        c->replaying = true;
+    }
+    if (c->replaying) {
+        HR_CUDA_TRY(cudaGraphLaunch(c->graphs[c->graph_key], c->stream));
+    } else if (c->graph_key >= 0 && c->graph_state[c->graph_key] == 0) {
+        c->graph_state[c->graph_key] = 1; /* eager once; captured next time */
+    }
+    if (c->step_status == HR_OK && !sample && host_logits && c->n_out > 0)
+        HR_CUDA_TRY(cudaMemcpy2DAsync(host_logits, (size_t)logits->cols * sizeof(float),
+                                      logits->data, (size_t)logits->ld * sizeof(float),
+                                      (size_t)logits->cols * sizeof(float), (size_t)c->n_out,
+                                      cudaMemcpyDeviceToHost, c->stream));
+    HR_CUDA_TRY(cudaStreamSynchronize(c->stream));
+    c->replaying = false;
+    if (c->step_status != HR_OK) {
+        if (err)
+            *err = c->step_err;
+        return c->step_status;
+    }
+    HR_CUDA_TRY(cudaGetLastError());
+    if (sample)
+        memcpy(host_tokens, c->h_tok, (size_t)c->n_out * sizeof(int32_t));
+    return HR_OK;
+}
+
+static void cuda_held(const hr_backend *b, be_memory *out) {
+    const cuda_backend *c = (const cuda_backend *)b;
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    *out = (be_memory){.weights = c->bytes[MEM_WEIGHTS],
+                       .kv = c->bytes[MEM_KV],
+                       .activations = c->bytes[MEM_ACT],
+                       .workspace = c->bytes[MEM_WORK],
+                       .graphs = c->graph_bytes,
+                       .runtime = c->runtime_bytes,
+                       .device_total = total_b,
+                       .device_free = free_b,
+                       .upload_seconds = c->upload_s};
+}
+
+/* Tests: rows of a tensor to / from f32 host memory, converting the 16-bit
+ * matmul inputs on the host. */
+static hr_status cuda_write_tensor(hr_backend *b, be_tensor *t, bool matmul_input, int64_t rows,
+                                   const float *host, hr_error *err) {
+    cuda_backend *c = (cuda_backend *)b;
+    size_t elem = matmul_input ? 2 : 4, n = (size_t)rows * (size_t)t->cols;
+    void *tmp = hr_malloc(n * elem);
+    if (!tmp)
+        return hr_err_set(err, HR_ERR_NOMEM, "cuda: out of host memory");
+    if (matmul_input)
+        for (size_t i = 0; i < n; i++)
+            ((uint16_t *)tmp)[i] =
+                c->dt == CK_BF16 ? hr_f32_to_bf16(host[i]) : hr_f32_to_f16(host[i]);
+    else
+        memcpy(tmp, host, n * elem);
+    cudaError_t e = cudaMemcpy2D(t->data, (size_t)t->ld * elem, tmp, (size_t)t->cols * elem,
+                                 (size_t)t->cols * elem, (size_t)rows, cudaMemcpyHostToDevice);
+    hr_free(tmp);
+    if (e != cudaSuccess)
+        return hr_err_set(err, HR_ERR_DEVICE, "cuda: write_tensor: %s", cudaGetErrorString(e));
+    return HR_OK;
+}
+
+static hr_status cuda_read_tensor(hr_backend *b, const be_tensor *t, bool matmul_input,
+                                  int64_t rows, float *host, hr_error *err) {
+    cuda_backend *c = (cuda_backend *)b;
+    size_t elem = matmul_input ? 2 : 4, n = (size_t)rows * (size_t)t->cols;
+    void *tmp = hr_malloc(n * elem);
+    if (!tmp)
+        return hr_err_set(err, HR_ERR_NOMEM, "cuda: out of host memory");
+    cudaError_t e = cudaMemcpy2D(tmp, (size_t)t->cols * elem, t->data, (size_t)t->ld * elem,
+                                 (size_t)t->cols * elem, (size_t)rows, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess && matmul_input) {
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h = ((uint16_t *)tmp)[i];
+            host[i] = c->dt == CK_BF16 ? hr_bf16_to_f32(h) : hr_f16_to_f32(h);
+        }
+    } else if (e == cudaSuccess) {
+        memcpy(host, tmp, n * elem);
+    }
+    hr_free(tmp);
+    if (e != cudaSuccess)
+        return hr_err_set(err, HR_ERR_DEVICE, "cuda: read_tensor: %s", cudaGetErrorString(e));
+    return HR_OK;
+}
+
+static const hr_backend_ops cuda_ops = {
+    .name = "cuda",
+    .free = cuda_free_backend,
+    .weight_create = cuda_weight_create,
+    .vector_create = cuda_vector_create,
+    .tensor_alloc = cuda_tensor_alloc,
+    .kv_alloc = cuda_kv_alloc,
+    .begin_step = cuda_begin_step,
+    .embed = cuda_embed,
+    .rmsnorm = cuda_rmsnorm,
+    .add_rmsnorm = cuda_add_rmsnorm,
+    .matmul = cuda_matmul,
+    .rope = cuda_rope,
+    .kv_store = cuda_kv_store,
+    .attention = cuda_attention,
+    .swiglu = cuda_swiglu,
+    .gather_rows = cuda_gather_rows,
+    .end_step = cuda_end_step,
+    .can_sample = true,
+    .memory = cuda_held,
+    .write_tensor = cuda_write_tensor,
+    .read_tensor = cuda_read_tensor,
+};
+
+hr_status backend_cuda_create(const hr_model_info *info, const be_params *p, hr_backend **out,
+                              hr_error *err) {
+    if (p->compute != HR_DTYPE_BF16 && p->compute != HR_DTYPE_F16)
+        return hr_err_set(err, HR_ERR_INVALID, "cuda: compute type %s (bf16 or f16)",
+                          hr_dtype_name(p->compute));
+    cuda_backend *c = hr_calloc(1, sizeof *c);
+    if (!c)
+        return hr_err_set(err, HR_ERR_NOMEM, "cuda backend: out of host memory");
+    c->base.ops = &cuda_ops;
+    c->base.info = info;
+    c->p = *p;
+    c->dt = p->compute == HR_DTYPE_BF16 ? CK_BF16 : CK_F16;
+    hr_status s = HR_OK;
+    size_t free0 = 0, total = 0, free1 = 0;
+    void *ws = NULL;
+    cudaError_t e = cudaSetDevice(p->device_index);
+    if (e == cudaSuccess)
+        e = cudaFree(NULL); /* create the context now, to measure what it takes */
+    if (e == cudaSuccess)
+        e = cudaMemGetInfo(&free0, &total);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    for (int i = 0; i < 2 && e == cudaSuccess; i++) {
+        e = cudaMallocHost(&c->stage[i], STAGE_BYTES);
+        if (e == cudaSuccess)
+            e = cudaEventCreateWithFlags(&c->stage_done[i], cudaEventDisableTiming);
+    }
+    if (e != cudaSuccess) {
+        s = hr_err_set(err, HR_ERR_DEVICE, "cuda: device %d: %s", p->device_index,
+                       cudaGetErrorString(e));
+        goto fail;
+    }
+    if (p->arena_bytes > 0) {
+        e = cudaMalloc((void **)&c->arena, p->arena_bytes);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            s = hr_err_set(err, HR_ERR_NO_FIT,
+                           "cuda: the planned %llu bytes are not free on the device: %s",
+                           (unsigned long long)p->arena_bytes, cudaGetErrorString(e));
+            goto fail;
+        }
+        c->arena_bytes = p->arena_bytes;
+    }
+    if ((s = dev_alloc(c, SIZES_CUDA_GEMM_WORKSPACE, MEM_WORK, "cuBLASLt workspace", &ws,
+                       err)) != HR_OK ||
+        (s = cuda_gemm_create(ws, SIZES_CUDA_GEMM_WORKSPACE, &c->gemm, err)) != HR_OK)
+        goto fail;
+    cudaMemGetInfo(&free1, &total);
+    /* the context, the stream and cuBLASLt's handle: what the device lost
+     * before any tensor, less what we allocated ourselves */
+    c->runtime_bytes = (uint64_t)(total - free1) -
+                       (c->arena ? c->arena_bytes : c->bytes[MEM_WORK]);
+    *out = &c->base;
+    return HR_OK;
+fail:
+    cuda_free_backend(&c->base);
+    return s;
+}

@@ -1,0 +1,24 @@
+/*
+ * cuda_backend.h — the CUDA backend as the rest of the library sees it:
+ * plain C, no CUDA headers. The ops themselves are in cuda_backend.c (host
+ * side) and the *.cu kernels behind kernels.h.
+ */
+#ifndef HR_BACKEND_CUDA_CUDA_BACKEND_H
+#define HR_BACKEND_CUDA_CUDA_BACKEND_H
+
+#include "backend/backend.h"
+
+/* Number of CUDA devices (0 when none or the driver is missing). */
+int cuda_device_count(void);
+/* Why cuda_device_count() is 0, in words. */
+const char *cuda_why_not(void);
+/* The name of device 0 as the driver reports it ("NVIDIA H200"). */
+const char *cuda_device_name(void);
+
+/* Free and total memory of device 0 (cudaMemGetInfo). */
+hr_status cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err);
+
+hr_status backend_cuda_create(const hr_model_info *info, const be_params *p, hr_backend **out,
+                              hr_error *err);
+
+#endif

@@ -1,0 +1,89 @@
+/*
+ * elementwise.cu — the small row ops: embedding lookup, SwiGLU, gathering
+ * the rows that want logits, bias add, and f32 -> ck conversion. Each is a
+ * grid-stride loop over elements; they move little data and matter only in
+ * that they must not each cost a launch ramp (the decode graph removes that).
+ */
+#include "backend/cuda/common.cuh"
+
+template <typename T>
+__global__ void embed_kernel(float *x, int64_t ldx, const T *table, const int32_t *tokens, int n,
+                             int D) {
+    int64_t total = (int64_t)n * D;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / D, c = i % D;
+        x[r * ldx + c] = ck_to_f32(table[(int64_t)tokens[r] * D + c]);
+    }
+}
+
+extern "C" void ck_embed(cudaStream_t s, float *x, int64_t ldx, const void *table, ck_dtype dt,
+                         const int32_t *tokens, int n, int D) {
+    unsigned blocks = ck_blocks((int64_t)n * D, 256);
+    blocks = blocks > 4096 ? 4096 : blocks;
+    CK_DISPATCH(dt, embed_kernel<T><<<blocks, 256, 0, s>>>(x, ldx, (const T *)table, tokens, n, D));
+}
+
+template <typename T>
+__global__ void swiglu_kernel(T *h, int64_t ldh, const float *gu, int64_t ldgu, int n, int F) {
+    int64_t total = (int64_t)n * F;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / F, c = i % F;
+        float g = gu[r * ldgu + c], u = gu[r * ldgu + F + c];
+        ck_from_f32(&h[r * ldh + c], g / (1.0f + __expf(-g)) * u);
+    }
+}
+
+extern "C" void ck_swiglu(cudaStream_t s, void *h, int64_t ldh, ck_dtype dt, const float *gu,
+                          int64_t ldgu, int n, int F) {
+    unsigned blocks = ck_blocks((int64_t)n * F, 256);
+    blocks = blocks > 8192 ? 8192 : blocks;
+    CK_DISPATCH(dt, swiglu_kernel<T><<<blocks, 256, 0, s>>>((T *)h, ldh, gu, ldgu, n, F));
+}
+
+template <typename T>
+__global__ void gather_kernel(T *y, int64_t ldy, const T *x, int64_t ldx, const int32_t *rows,
+                              int n, int D) {
+    int64_t total = (int64_t)n * D;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / D, c = i % D;
+        y[r * ldy + c] = x[(int64_t)rows[r] * ldx + c];
+    }
+}
+
+extern "C" void ck_gather(cudaStream_t s, void *y, int64_t ldy, const void *x, int64_t ldx,
+                          ck_dtype dt, const int32_t *rows, int n_out, int D) {
+    unsigned blocks = ck_blocks((int64_t)n_out * D, 256);
+    blocks = blocks > 4096 ? 4096 : blocks;
+    CK_DISPATCH(dt, gather_kernel<T><<<blocks, 256, 0, s>>>((T *)y, ldy, (const T *)x, ldx, rows,
+                                                            n_out, D));
+}
+
+__global__ void add_bias_kernel(float *y, int64_t ldy, const float *bias, int n, int N) {
+    int64_t total = (int64_t)n * N;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[(i / N) * ldy + i % N] += bias[i % N];
+}
+
+extern "C" void ck_add_bias(cudaStream_t s, float *y, int64_t ldy, const float *bias, int n,
+                            int N) {
+    unsigned blocks = ck_blocks((int64_t)n * N, 256);
+    blocks = blocks > 4096 ? 4096 : blocks;
+    add_bias_kernel<<<blocks, 256, 0, s>>>(y, ldy, bias, n, N);
+}
+
+template <typename T> __global__ void convert_kernel(T *dst, const float *src, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        ck_from_f32(&dst[i], src[i]);
+}
+
+extern "C" void ck_convert_f32_to_ck(cudaStream_t s, void *dst, const float *src, int64_t n,
+                                     ck_dtype dt) {
+    unsigned blocks = ck_blocks(n, 256);
+    blocks = blocks > 8192 ? 8192 : blocks;
+    CK_DISPATCH(dt, convert_kernel<T><<<blocks, 256, 0, s>>>((T *)dst, src, n));
+}

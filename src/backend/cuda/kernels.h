@@ -1,0 +1,137 @@
+/*
+ * kernels.h — launchers of the CUDA kernels, one .cu file per op (same base
+ * names as the CPU ops). Only src/backend/cuda/ includes this header (it
+ * brings in cuda_runtime.h); the rest of the library sees cuda_backend.h.
+ *
+ * Shape legend: B = rows of the step, D = n_embd, H / Hkv = query / kv heads,
+ * Dh = head_dim, F = n_ff, V = n_vocab, BS = tokens per KV block, NB = blocks.
+ *
+ * Data types on the device. "ck" is the 16-bit compute/storage type chosen
+ * with --dtype (bf16 or f16): weights, the KV pool, and every activation that
+ * is a matmul input (normalised x, attention output, SwiGLU output) are ck.
+ * The residual stream, matmul outputs (q/k/v, gate/up) and logits are f32:
+ * the residual sum of 32+ layers keeps its precision, and matmuls accumulate
+ * in f32 anyway.
+ *
+ * Every launcher only enqueues on the stream; the caller checks
+ * cudaGetLastError() (through HR_CUDA_TRY) after it. Preconditions are stated
+ * per launcher; the backend guarantees them (asserted there, not here).
+ */
+#ifndef HR_BACKEND_CUDA_KERNELS_H
+#define HR_BACKEND_CUDA_KERNELS_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { CK_BF16 = 0, CK_F16 = 1 } ck_dtype;
+
+/* ---- elementwise and row ops (elementwise.cu, rmsnorm.cu, rope.cu, kv_store.cu) */
+
+/* x (n, D) f32 = table rows tokens[i]; table (V, D) ck */
+void ck_embed(cudaStream_t s, float *x, int64_t ldx, const void *table, ck_dtype dt,
+              const int32_t *tokens, int n, int D);
+
+/* if dx: x += dx (both f32); then y (n, D) ck = x / rms(x) * w.  D <= 16384 */
+void ck_add_rmsnorm(cudaStream_t s, float *x, int64_t ldx, const float *dx, int64_t lddx,
+                    void *y, int64_t ldy, ck_dtype dt, const float *w, float eps, int n, int D);
+
+/* rotates the first H + Hkv heads of each qkv row (f32, in place) at pos[row];
+ * neox: pairs (i, i + Dh/2), else (2i, 2i + 1); angle pos * inv_freq[i] (f32) */
+void ck_rope(cudaStream_t s, float *qkv, int64_t ld, const int32_t *pos, const float *inv_freq,
+             int neox, int n, int H, int Hkv, int Dh);
+
+/* k and v of each qkv row into the layer's pools at slot[row] = block * BS + offset;
+ * pool layout (NB, Hkv, BS, Dh) ck */
+void ck_kv_store(cudaStream_t s, const float *qkv, int64_t ld, void *k_pool, void *v_pool,
+                 ck_dtype dt, const int32_t *slot, int n, int H, int Hkv, int Dh, int BS);
+
+/* h (n, F) ck = silu(gu[:, :F]) * gu[:, F:2F], gu f32 */
+void ck_swiglu(cudaStream_t s, void *h, int64_t ldh, ck_dtype dt, const float *gu,
+               int64_t ldgu, int n, int F);
+
+/* y (n_out, D) ck = rows[i] of x (ck) */
+void ck_gather(cudaStream_t s, void *y, int64_t ldy, const void *x, int64_t ldx, ck_dtype dt,
+               const int32_t *rows, int n_out, int D);
+
+/* y (n, N) f32 += bias (N) */
+void ck_add_bias(cudaStream_t s, float *y, int64_t ldy, const float *bias, int n, int N);
+
+/* dst ck = src f32, n elements (weight upload conversions) */
+void ck_convert_f32_to_ck(cudaStream_t s, void *dst, const float *src, int64_t n, ck_dtype dt);
+
+/* ---- matrix-vector products for decode (gemv.cu) */
+
+/* y (n, N) f32 = x (n, K) ck . W^T (+ bias), W (N, K) ck row-major, row stride K.
+ * For small n (decode): each warp streams weight rows with 16-byte loads and
+ * reuses them for all n rows. n <= CK_GEMV_MAX_ROWS, K % 8 == 0. */
+#define CK_GEMV_MAX_ROWS 8
+void ck_gemv(cudaStream_t s, float *y, int64_t ldy, const void *x, int64_t ldx, const void *W,
+             const float *bias, ck_dtype dt, int n, int N, int K);
+
+/* ---- attention over the paged KV cache (attention.cu) */
+
+typedef struct {
+    const float *qkv;          /* (n_rows, (H + 2 Hkv) Dh) f32, q first, rope applied */
+    int64_t ld_qkv;
+    void *out;                 /* (n_rows, H Dh) ck */
+    int64_t ld_out;
+    const void *k_pool;        /* this layer: (NB, Hkv, BS, Dh) ck */
+    const void *v_pool;
+    ck_dtype dt;
+    const int32_t *row_seq;    /* (n_rows) sequence of each row */
+    const int32_t *row_pos;    /* (n_rows) position: the row attends to [0, pos] */
+    const int32_t *block_tables; /* (n_seq, max_blocks) physical block ids */
+    int max_blocks;
+    int n_rows, H, Hkv, Dh, BS;
+    float scale;               /* 1 / sqrt(Dh) */
+    /* decode (flash-decoding): rows listed in dec_rows, each split into
+     * n_splits chunks of split_len positions, partials in work, then combined */
+    const int32_t *dec_rows;   /* (n_dec) */
+    int n_dec;
+    int n_splits, split_len;   /* n_splits * split_len >= the longest context */
+    float *work;               /* (n_dec, H, n_splits, Dh + 2) f32 */
+    /* prefill (flash attention): query tiles of up to CK_ATT_TILE rows of one
+     * segment; tile t covers rows tile_row0[t] .. + tile_n[t] - 1, all of one
+     * sequence, consecutive positions */
+    const int32_t *tile_row0, *tile_n;
+    int n_tiles;
+} ck_attn_args;
+
+#define CK_ATT_TILE 64
+
+/* Dh in {64, 80, 96, 128} for the flash kernels; the naive kernel takes any
+ * Dh <= 256 (it is the simple, obviously correct one: --attn naive). */
+void ck_attention_decode(cudaStream_t s, const ck_attn_args *a);  /* rows in dec_rows */
+void ck_attention_prefill(cudaStream_t s, const ck_attn_args *a); /* rows in the tiles */
+void ck_attention_naive(cudaStream_t s, const ck_attn_args *a);   /* every row 0 .. n_rows-1;
+                                                                     work: (n_rows, H, ctx) */
+/* floats of work the kernels need */
+int64_t ck_attention_work_floats(int max_rows, int H, int Dh, int n_splits, int max_ctx);
+
+/* ---- sampling (sample.cu) */
+
+typedef struct {
+    float temperature; /* <= 0: greedy */
+    int32_t top_k;     /* 0: off */
+    float top_p;       /* 1: off */
+    float min_p;       /* 0: off */
+    uint64_t seed;     /* with step, picks the random number of this draw */
+    uint64_t step;
+} ck_sample_params;
+
+/* tokens[i] = a draw from row i of logits (n, V) f32 with params[i]
+ * (temperature, then top-k, top-p, min-p, as the CPU sampler orders them).
+ * work: ck_sample_work_bytes(n, V) bytes. Logits are not modified. */
+void ck_sample(cudaStream_t s, int32_t *tokens, const float *logits, int64_t ld, int n, int V,
+               const ck_sample_params *params, void *work);
+size_t ck_sample_work_bytes(int n, int V);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

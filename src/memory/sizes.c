@@ -1,0 +1,129 @@
+/*
+ * sizes.c — the size of every backend allocation (see sizes.h). The
+ * attention and sampling workspace formulas are the kernels' own contract
+ * (attention.cu, sample.cu); they live here so that a machine without CUDA
+ * can still plan for a GPU.
+ */
+#include "memory/sizes.h"
+
+#include "backend/cpu/matmul.h"
+#include "util/dtype.h"
+
+/* ---- the CUDA kernels' workspace contracts (declared in kernels.h) */
+
+/* Flash-decoding partials (n_dec, H, n_splits, Dh + 2) or the naive
+ * kernel's scores (n_rows, H, max_ctx), whichever is larger. */
+int64_t ck_attention_work_floats(int max_rows, int H, int Dh, int n_splits, int max_ctx);
+int64_t ck_attention_work_floats(int max_rows, int H, int Dh, int n_splits, int max_ctx) {
+    int64_t partials = (int64_t)max_rows * H * n_splits * (Dh + 2);
+    int64_t scores = (int64_t)max_rows * H * max_ctx;
+    return partials > scores ? partials : scores;
+}
+
+/* The sampler keeps everything in shared memory. */
+size_t ck_sample_work_bytes(int n, int V);
+size_t ck_sample_work_bytes(int n, int V) {
+    (void)n;
+    (void)V;
+    return 0;
+}
+
+/* ---- common */
+
+static uint64_t align_of(sizes_device d) {
+    return d == SIZES_CUDA ? SIZES_CUDA_ALIGN : SIZES_CPU_ALIGN;
+}
+
+int64_t sizes_ld(sizes_device d, int64_t cols) {
+    int64_t pad = d == SIZES_CUDA ? 64 : 16;
+    return (cols + pad - 1) / pad * pad;
+}
+
+uint64_t sizes_tensor(sizes_device d, int64_t rows, int64_t cols, bool matmul_input) {
+    uint64_t elem = d == SIZES_CUDA && matmul_input ? 2 : 4;
+    return sizes_align((uint64_t)rows * (uint64_t)sizes_ld(d, cols) * elem, align_of(d));
+}
+
+uint64_t sizes_weight(sizes_device d, const model_tensor *const *parts,
+                      const model_tensor *const *biases, int n_parts) {
+    uint64_t rows = 0;
+    bool bias = false;
+    for (int i = 0; i < n_parts; i++) {
+        rows += (uint64_t)parts[i]->ne[1];
+        bias |= biases && biases[i];
+    }
+    uint64_t b = bias ? sizes_align(rows * 4, align_of(d)) : 0;
+    if (d == SIZES_CPU) /* the matrix stays in the mapping; the struct is small */
+        return b + sizes_align(256, SIZES_CPU_ALIGN);
+    return b + sizes_align(rows * (uint64_t)parts[0]->ne[0] * 2, SIZES_CUDA_ALIGN);
+}
+
+uint64_t sizes_vector(sizes_device d, const model_tensor *t) {
+    uint64_t b = sizes_align((uint64_t)t->ne[0] * 4, align_of(d));
+    return d == SIZES_CPU ? b + sizes_align(64, SIZES_CPU_ALIGN) : b;
+}
+
+uint64_t sizes_kv_per_token(sizes_device d, const hr_model_info *in, hr_dtype kv_dtype) {
+    (void)d;
+    return 2u * (uint64_t)in->n_layer * (uint64_t)in->n_head_kv * (uint64_t)in->head_dim *
+           (uint64_t)hr_dtype_table[kv_dtype].block_bytes;
+}
+
+uint64_t sizes_kv(sizes_device d, const hr_model_info *in, const be_config *cfg) {
+    uint64_t pool = (uint64_t)in->n_layer * (uint64_t)cfg->n_block * (uint64_t)in->n_head_kv *
+                    (uint64_t)cfg->block_size * (uint64_t)in->head_dim *
+                    (uint64_t)hr_dtype_table[cfg->kv_dtype].block_bytes;
+    return 2 * sizes_align(pool, align_of(d));
+}
+
+/* ---- cuda */
+
+bool sizes_cuda_flash_dh(int head_dim) {
+    return head_dim == 64 || head_dim == 80 || head_dim == 96 || head_dim == 128;
+}
+
+int sizes_cuda_splits(const hr_model_info *in, const be_config *cfg) {
+    /* enough blocks to fill the 132 SMs twice even with few kv heads, and no
+     * split longer than 256 positions at the longest context */
+    int64_t max_ctx = (int64_t)cfg->max_blocks_per_seq * cfg->block_size;
+    int splits = (int)((max_ctx + 255) / 256);
+    int fill = (2 * 132 + in->n_head_kv - 1) / in->n_head_kv;
+    splits = splits > fill ? splits : fill;
+    return splits > 128 ? 128 : splits;
+}
+
+uint64_t sizes_cuda_meta_ints(const be_config *cfg) {
+    return 7u * (uint64_t)cfg->max_rows + (uint64_t)cfg->max_out +
+           (uint64_t)cfg->n_seq_max * (uint64_t)cfg->max_blocks_per_seq;
+}
+
+uint64_t sizes_workspace(sizes_device d, const be_params *p, const hr_model_info *in,
+                         const be_config *cfg, int64_t max_k) {
+    const int64_t max_ctx = (int64_t)cfg->max_blocks_per_seq * cfg->block_size;
+    if (d == SIZES_CUDA) {
+        const uint64_t A = SIZES_CUDA_ALIGN;
+        int64_t att = ck_attention_work_floats(cfg->n_seq_max, in->n_head, in->head_dim,
+                                               sizes_cuda_splits(in, cfg), 0);
+        if (p->attn_naive || !sizes_cuda_flash_dh(in->head_dim)) {
+            int64_t naive = ck_attention_work_floats(cfg->max_rows, in->n_head, in->head_dim, 0,
+                                                     (int)max_ctx);
+            att = naive > att ? naive : att;
+        }
+        return SIZES_CUDA_GEMM_WORKSPACE + sizes_align((uint64_t)att * 4, A) +
+               sizes_align((uint64_t)(in->head_dim / 2) * 4, A) +
+               sizes_align(sizes_cuda_meta_ints(cfg) * 4, A) +
+               sizes_align((uint64_t)cfg->max_out * SIZES_CUDA_SAMPLE_PARAM, A) +
+               sizes_align((uint64_t)cfg->max_out * 4, A) +
+               sizes_align(ck_sample_work_bytes(cfg->max_out, in->n_vocab), A);
+    }
+    /* cpu: attention scores per thread, rope tables, row map, matmul scratch */
+    int nth = p->n_threads > 0 ? p->n_threads : 1;
+    int64_t per_thread =
+        ((int64_t)(in->n_head / in->n_head_kv) * max_ctx + in->head_dim + 15) / 16 * 16;
+    uint64_t rope = (uint64_t)cfg->max_rows * (uint64_t)(in->head_dim / 2) * 4;
+    int64_t mm_rows = cfg->max_rows > cfg->max_out ? cfg->max_rows : cfg->max_out;
+    const uint64_t A = SIZES_CPU_ALIGN;
+    return sizes_align((uint64_t)nth * (uint64_t)per_thread * 4, A) + 2 * sizes_align(rope, A) +
+           sizes_align((uint64_t)cfg->max_rows * 4, A) +
+           sizes_align(cpu_matmul_scratch_bytes(mm_rows, max_k, nth), A);
+}

@@ -1,0 +1,76 @@
+/*
+ * sizes.h — the bytes every allocation of a backend takes, as functions of
+ * the model's shapes and the engine's configuration, computable without a
+ * device and without weights. The backends allocate exactly these sizes
+ * (they call these functions), and the planner adds them up: the plan
+ * cannot drift from what is allocated.
+ *
+ * Layout facts behind the numbers (the backends' comments give the why):
+ *   cpu:  activations f32, rows padded to 16 floats, every block 64-byte
+ *         aligned; weights stay in the file mapping (counted as the model's);
+ *         biases and norms copied to f32.
+ *   cuda: one arena of device memory, every piece 256-byte aligned; weights
+ *         16-bit (biases and norms f32), matmul inputs 16-bit and the rest
+ *         f32, rows padded to 64 elements; the KV pool in the compute type.
+ */
+#ifndef HR_MEMORY_SIZES_H
+#define HR_MEMORY_SIZES_H
+
+#include "backend/backend.h"
+
+#include <stdint.h>
+
+typedef enum { SIZES_CPU = 0, SIZES_CUDA = 1 } sizes_device;
+
+#define SIZES_CPU_ALIGN 64u
+#define SIZES_CUDA_ALIGN 256u
+
+static inline uint64_t sizes_align(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+/* Row stride (elements) of an activation tensor of cols columns. */
+int64_t sizes_ld(sizes_device d, int64_t cols);
+/* One activation tensor. */
+uint64_t sizes_tensor(sizes_device d, int64_t rows, int64_t cols, bool matmul_input);
+/* A weight made of n_parts stacked matrices (biases optional, per part). */
+uint64_t sizes_weight(sizes_device d, const model_tensor *const *parts,
+                      const model_tensor *const *biases, int n_parts);
+/* A norm vector. */
+uint64_t sizes_vector(sizes_device d, const model_tensor *t);
+/* The K and V pools together. */
+uint64_t sizes_kv(sizes_device d, const hr_model_info *in, const be_config *cfg);
+/* KV bytes of one token (all layers, K and V). */
+uint64_t sizes_kv_per_token(sizes_device d, const hr_model_info *in, hr_dtype kv_dtype);
+/* Everything kv_alloc and the backend's creation allocate besides the KV
+ * pool: attention, matmul and sampling workspaces, step metadata. max_k is
+ * the largest input width of any weight (the cpu matmul scratch). */
+uint64_t sizes_workspace(sizes_device d, const be_params *p, const hr_model_info *in,
+                         const be_config *cfg, int64_t max_k);
+
+/* ---- cuda specifics shared with the backend */
+
+/* cuBLASLt's workspace (its recommendation for Hopper). */
+#define SIZES_CUDA_GEMM_WORKSPACE ((uint64_t)32 << 20)
+/* The CUDA context, the stream and cuBLASLt's handle, measured on the H200
+ * (2026-11-29: 528.81 MiB after cudaFree(0), a stream and cublasLtCreate),
+ * rounded up to the 2 MiB the driver allocates in. */
+#define SIZES_CUDA_RUNTIME ((uint64_t)530 << 20)
+/* Captured decode graphs: at most SIZES_CUDA_MAX_GRAPHS, each measured at
+ * 2 MiB (the driver's granularity) on the H200. */
+#define SIZES_CUDA_MAX_GRAPHS 8
+#define SIZES_CUDA_GRAPH ((uint64_t)2 << 20)
+/* Bytes of one ck_sample_params (static_assert in the backend). */
+#define SIZES_CUDA_SAMPLE_PARAM 32u
+
+/* Flash-decoding splits for this configuration. */
+int sizes_cuda_splits(const hr_model_info *in, const be_config *cfg);
+/* Whether the flash attention kernels take this head size (else the naive one). */
+bool sizes_cuda_flash_dh(int head_dim);
+/* Step metadata ints: tokens, positions, slots, sequences, outputs, decode
+ * rows, tiles (two arrays), block tables. */
+uint64_t sizes_cuda_meta_ints(const be_config *cfg);
+
+/* Host-side overhead the planner adds on the cpu: thread stacks and the
+ * library's own tables (tokenizer, model description), a documented bound. */
+#define SIZES_CPU_RUNTIME ((uint64_t)64 << 20)
+
+#endif

@@ -1,0 +1,200 @@
+/*
+ * test_plan.c — the memory planner:
+ *   - on the cpu, the plan equals, part by part and to the byte, what the
+ *     engine then holds, over contexts, sequence counts, step sizes and KV
+ *     types;
+ *   - a plan over budget is refused by hr_engine_create before anything is
+ *     allocated (the allocation counter does not move);
+ *   - the suggestions are tight: the context and sequence count it offers
+ *     fit, one step more does not;
+ *   - no --ctx: the largest context that fits, capped at the model's;
+ *   - a GPU plan needs no GPU when the budget is given;
+ *   - sizes parse ("8GiB", "12GB", "90%");
+ *   - a prompt longer than the context: refused, or truncated on request.
+ */
+#include "headroom.h"
+#include "test.h"
+#include "util/alloc.h"
+
+#define MODEL HR_SOURCE_DIR "/models/tiny-shakespeare"
+
+static hr_engine_params cpu_params(int32_t ctx, int32_t seqs, int32_t batch, hr_dtype kv) {
+    hr_engine_params p = hr_engine_params_default();
+    p.device = HR_DEVICE_CPU;
+    p.n_threads = 2;
+    p.n_ctx = ctx;
+    p.n_seq_max = seqs;
+    p.n_batch = batch;
+    p.kv_dtype = kv;
+    return p;
+}
+
+static void exact_on_cpu(const hr_model *m) {
+    static const struct {
+        int32_t ctx, seqs, batch;
+        hr_dtype kv;
+    } cases[] = {{512, 1, 512, HR_DTYPE_F32},  {100, 3, 17, HR_DTYPE_F16},
+                 {64, 8, 64, HR_DTYPE_BF16},   {512, 2, 1, HR_DTYPE_F32},
+                 {33, 1, 333, HR_DTYPE_F32}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hr_engine_params p = cpu_params(cases[i].ctx, cases[i].seqs, cases[i].batch, cases[i].kv);
+        hr_error err;
+        hr_plan pl;
+        CHECK_OK(hr_plan_compute(m, &p, &pl, &err), &err);
+        hr_engine *e = NULL;
+        CHECK_OK(hr_engine_create(m, &p, &e, &err), &err);
+        if (!e)
+            continue;
+        hr_memory_report r;
+        hr_engine_memory(e, &r);
+        CHECK_EQ_I64(r.weights, pl.weights);
+        CHECK_EQ_I64(r.kv, pl.kv);
+        CHECK_EQ_I64(r.activations, pl.activations);
+        CHECK_EQ_I64(r.workspace, pl.workspace);
+        CHECK(pl.fits && pl.total <= pl.budget);
+        CHECK_EQ_I64(pl.kv, (int64_t)pl.kv_per_seq * cases[i].seqs);
+        hr_engine_free(e);
+    }
+}
+
+static void refusal_before_allocation(const hr_model *m) {
+    hr_engine_params p = cpu_params(512, 64, 512, HR_DTYPE_F32);
+    hr_error err;
+    hr_plan pl;
+    /* 110 MiB: the weights, workspaces and the library's own 64 MiB fit (about
+     * 90 MiB), 64 sequences of 1.5 MiB of KV do not */
+    p.mem_budget = 110u << 20;
+    CHECK_OK(hr_plan_compute(m, &p, &pl, &err), &err);
+    CHECK(!pl.fits);
+    int64_t before = hr_alloc_count();
+    hr_engine *e = NULL;
+    CHECK_EQ_I64(hr_engine_create(m, &p, &e, &err), HR_ERR_NO_FIT);
+    CHECK(e == NULL);
+    CHECK_EQ_I64(hr_alloc_count() - before, 0);
+    CHECK_MSG(strstr(err.msg, "planning") && strstr(err.msg, "KV cache"), "message: %s",
+              err.msg);
+
+    /* the suggestions are the edge of what fits */
+    CHECK(pl.fit_max_ctx > 0 && pl.fit_max_parallel > 0);
+    hr_plan t;
+    hr_engine_params q = p;
+    q.n_ctx = pl.fit_max_ctx;
+    CHECK_OK(hr_plan_compute(m, &q, &t, &err), &err);
+    CHECK(t.fits);
+    q.n_ctx = pl.fit_max_ctx + q.kv_block_size;
+    CHECK_OK(hr_plan_compute(m, &q, &t, &err), &err);
+    CHECK(!t.fits);
+    q = p;
+    q.n_seq_max = pl.fit_max_parallel;
+    CHECK_OK(hr_plan_compute(m, &q, &t, &err), &err);
+    CHECK(t.fits);
+    q.n_seq_max = pl.fit_max_parallel + 1;
+    CHECK_OK(hr_plan_compute(m, &q, &t, &err), &err);
+    CHECK(!t.fits);
+    /* f16 KV halves the KV cache: offered when it fits */
+    CHECK(pl.fit_kv_dtype == HR_DTYPE_COUNT || pl.fit_kv_total <= p.mem_budget);
+
+    /* the largest context that fits when none is given */
+    p.n_ctx = 0;
+    p.n_seq_max = 16;
+    CHECK_OK(hr_plan_compute(m, &p, &pl, &err), &err);
+    CHECK(pl.fits && pl.n_ctx > 0 && pl.n_ctx < 512);
+    q = p;
+    q.n_ctx = pl.n_ctx + q.kv_block_size;
+    CHECK_OK(hr_plan_compute(m, &q, &t, &err), &err);
+    CHECK(!t.fits);
+    e = NULL;
+    CHECK_OK(hr_engine_create(m, &p, &e, &err), &err);
+    if (e)
+        CHECK_EQ_I64(hr_engine_n_ctx(e), pl.n_ctx);
+    hr_engine_free(e);
+    p.mem_budget = 0; /* the whole machine: the model's own limit */
+    CHECK_OK(hr_plan_compute(m, &p, &pl, &err), &err);
+    CHECK_EQ_I64(pl.n_ctx, 512);
+}
+
+static void gpu_plan_without_gpu(void) {
+    hr_model_params mp = hr_model_params_default();
+    mp.vocab_only = true;
+    hr_model *m = NULL;
+    hr_error err;
+    CHECK_OK(hr_model_synthetic("llama2-7b", HR_DTYPE_BF16, &mp, &m, &err), &err);
+    if (!m)
+        return;
+    hr_engine_params p = hr_engine_params_default();
+    p.device = HR_DEVICE_CUDA;
+    p.n_ctx = 4096;
+    p.mem_budget = 24ull << 30;
+    hr_plan pl;
+    CHECK_OK(hr_plan_compute(m, &p, &pl, &err), &err);
+    /* 6.74e9 parameters in bf16 plus the f32 norms; 32 layers x 2 x 4096 x 2 B per token */
+    CHECK(pl.fits && pl.weights > 13400000000ull && pl.weights < 13600000000ull);
+    CHECK_EQ_I64(pl.kv_per_token, 32 * 2 * 4096 * 2);
+    CHECK_EQ_I64(pl.kv, 4096ll * 32 * 2 * 4096 * 2);
+    p.mem_budget = 12ull << 30;
+    CHECK_OK(hr_plan_compute(m, &p, &pl, &err), &err);
+    CHECK(!pl.fits); /* a 12 GiB card cannot hold 7B in bf16 */
+    hr_model_free(m);
+}
+
+static void sizes(void) {
+    uint64_t v;
+    hr_error err;
+    CHECK_OK(hr_parse_size("8GiB", 0, &v, &err), &err);
+    CHECK_EQ_I64(v, 8ll << 30);
+    CHECK_OK(hr_parse_size("12GB", 0, &v, &err), &err);
+    CHECK_EQ_I64(v, 12000000000ll);
+    CHECK_OK(hr_parse_size("512 MiB", 0, &v, &err), &err);
+    CHECK_EQ_I64(v, 512ll << 20);
+    CHECK_OK(hr_parse_size("90%", 1000, &v, &err), &err);
+    CHECK_EQ_I64(v, 900);
+    CHECK_OK(hr_parse_size("1e9", 0, &v, &err), &err);
+    CHECK_EQ_I64(v, 1000000000ll);
+    CHECK_EQ_I64(hr_parse_size("12 bananas", 0, &v, &err), HR_ERR_INVALID);
+    CHECK_EQ_I64(hr_parse_size("150%", 1000, &v, &err), HR_ERR_INVALID);
+    CHECK_EQ_I64(hr_parse_size("-3GB", 0, &v, &err), HR_ERR_INVALID);
+}
+
+static void overflow(const hr_model *m) {
+    hr_engine_params p = cpu_params(64, 1, 64, HR_DTYPE_F32);
+    hr_error err;
+    hr_engine *e = NULL;
+    CHECK_OK(hr_engine_create(m, &p, &e, &err), &err);
+    int32_t prompt[100];
+    for (int i = 0; i < 100; i++)
+        prompt[i] = 100 + i;
+    hr_sampling_params sp = hr_sampling_params_default();
+    sp.max_tokens = 4;
+    int32_t id;
+    if (e)
+        CHECK_EQ_I64(hr_engine_add(e, prompt, 100, &sp, &id, &err), HR_ERR_NO_FIT);
+    hr_engine_free(e);
+    p.truncate_prompt = true;
+    e = NULL;
+    CHECK_OK(hr_engine_create(m, &p, &e, &err), &err);
+    if (e) {
+        CHECK_OK(hr_engine_add(e, prompt, 100, &sp, &id, &err), &err);
+        hr_event ev[4];
+        int32_t n, got = 0;
+        while (hr_engine_n_active(e) > 0 && hr_engine_step(e, ev, 4, &n, &err) == HR_OK)
+            for (int32_t i = 0; i < n; i++)
+                got += ev[i].token >= 0;
+        CHECK_EQ_I64(got, 4);
+    }
+    hr_engine_free(e);
+}
+
+int main(void) {
+    hr_error err;
+    hr_model *m = NULL;
+    CHECK_OK(hr_model_load(MODEL, NULL, &m, &err), &err);
+    if (m) {
+        exact_on_cpu(m);
+        refusal_before_allocation(m);
+        overflow(m);
+    }
+    hr_model_free(m);
+    gpu_plan_without_gpu();
+    sizes();
+    TEST_END();
+}
