@@ -18,33 +18,36 @@ if [[ -n "$src" && "$src" != "$PWD" && ! -e "$src" ]]; then
   mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"
 fi
 what=${*:-checks bench hf sweep}
+# each part has a time limit, so one slow part cannot starve the others of
+# the session's device time (what finished is already in $OUT)
+T="timeout --signal=KILL"
 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader
 
 if [[ $what == *checks* ]]; then
-  echo "== attention kernels";   $D/attention_check    2>&1 | tee $OUT/attention_check.txt | tail -40
-  echo "== gemv + sampling";     $D/gemv_sample_check  2>&1 | tee $OUT/gemv_sample_check.txt | tail -40
-  echo "== backend ops vs cpu";  $D/test_backend_ops   2>&1 | tee $OUT/test_backend_ops.txt | tail -80
-  echo "== models vs reference"; $D/test_cuda_model    2>&1 | tee $OUT/test_cuda_model.txt | tail -30
+  echo "== attention kernels";   $T 90 $D/attention_check    2>&1 | tee $OUT/attention_check.txt | tail -40
+  echo "== gemv + sampling";     $T 90 $D/gemv_sample_check  2>&1 | tee $OUT/gemv_sample_check.txt | tail -40
+  echo "== backend ops vs cpu";  $T 90 $D/test_backend_ops   2>&1 | tee $OUT/test_backend_ops.txt | tail -80
+  echo "== models vs reference"; $T 90 $D/test_cuda_model    2>&1 | tee $OUT/test_cuda_model.txt | tail -30
 fi
 B="$D/headroom bench --device cuda --json"
 if [[ $what == *bench* ]]; then
   echo "== bench llama2-7b matrix"
-  $B --synthetic llama2-7b --prompt 128 --gen 256 --mem-report \
+  $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 --mem-report \
      --dtype bf16,f16 --attn flash,naive --graphs on,off 2>&1 | tee $OUT/bench.jsonl
   for p in 512 2048; do
-    $B --synthetic llama2-7b --prompt $p --gen 2 2>&1 | tee -a $OUT/bench.jsonl
+    $T 120 $B --synthetic llama2-7b --prompt $p --gen 2 2>&1 | tee -a $OUT/bench.jsonl
   done
-  $B --synthetic llama2-7b --prompt 128 --gen 256 --batch 64 2>&1 | tee -a $OUT/bench.jsonl
-  $B --synthetic llama2-7b --prompt 32768 --gen 64 --ctx 32832 2>&1 | tee -a $OUT/bench.jsonl
-fi
-if [[ $what == *hf* ]]; then
-  echo "== transformers, same shape"
-  python3 tools/hf_bench.py --shape llama2-7b --prompt 128 --gen 256 --attn eager,sdpa \
-     --headroom-json $OUT/bench.jsonl 2>&1 | grep -v Warning | tee $OUT/hf.txt
+  $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 --batch 64 2>&1 | tee -a $OUT/bench.jsonl
+  $T 120 $B --synthetic llama2-7b --prompt 32768 --gen 64 --ctx 32832 2>&1 | tee -a $OUT/bench.jsonl
 fi
 if [[ $what == *sweep* ]]; then
   echo "== planner sweep: planned vs measured device memory"
-  $D/bench_plan_sweep $OUT/plan_sweep.jsonl | tail -1
+  $T 150 $D/bench_plan_sweep $OUT/plan_sweep.jsonl | tail -1
+fi
+if [[ $what == *hf* ]]; then
+  echo "== transformers, same shape"
+  $T 150 python3 tools/hf_bench.py --shape llama2-7b --prompt 128 --gen 256 --attn eager,sdpa \
+     --headroom-json $OUT/bench.jsonl 2>&1 | grep -v Warning | tee $OUT/hf.txt
 fi
 grep -h '^{' $OUT/bench.jsonl 2>/dev/null | python3 -c '
 import json, sys

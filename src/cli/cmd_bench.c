@@ -300,7 +300,7 @@ int cmd_bench(int argc, char **argv) {
                            "\"batch\": %lld, \"prompt\": %lld, \"gen\": %lld, \"threads\": %d, "
                            "\"ttft_ms\": %.3f, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.3f, "
                            "\"peak_bytes\": %llu, \"load_gb_s\": %.3f}\n",
-                           commit[0] ? commit : "unknown", date, hr_engine_device_desc(e),
+                           commit[0] ? commit : (HR_BUILD_COMMIT[0] ? HR_BUILD_COMMIT : "unknown"), date, hr_engine_device_desc(e),
                            hr_engine_device_name(e), shape, hr_dtype_name(wt), dname, aname,
                            gname, (long long)batch, (long long)prompt, (long long)gen,
                            o.ep.n_threads, res.ttft_ms, prefill, decode,

@@ -666,7 +666,9 @@ static void cuda_attention(hr_backend *b, int32_t layer, be_tensor *out, const b
                       .tile_row0 = meta(c, c->o_trow),
                       .tile_n = meta(c, c->o_tn),
                       .n_tiles = c->n_tiles};
-    if (c->p.attn_naive) {
+    /* the flash kernels exist for the common head sizes; others take the
+     * plain kernel, whose workspace kv_init reserved for that case */
+    if (c->p.attn_naive || !sizes_cuda_flash_dh(in->head_dim)) {
         ck_attention_naive(c->stream, &a);
     } else {
         if (c->n_dec > 0)
@@ -798,8 +800,13 @@ static hr_status cuda_write_tensor(hr_backend *b, be_tensor *t, bool matmul_inpu
                 c->dt == CK_BF16 ? hr_f32_to_bf16(host[i]) : hr_f32_to_f16(host[i]);
     else
         memcpy(tmp, host, n * elem);
-    cudaError_t e = cudaMemcpy2D(t->data, (size_t)t->ld * elem, tmp, (size_t)t->cols * elem,
-                                 (size_t)t->cols * elem, (size_t)rows, cudaMemcpyHostToDevice);
+    /* on the backend's stream, which does not synchronise with the default
+     * one: ordered after the work already queued, and done on return */
+    cudaError_t e = cudaMemcpy2DAsync(t->data, (size_t)t->ld * elem, tmp,
+                                      (size_t)t->cols * elem, (size_t)t->cols * elem,
+                                      (size_t)rows, cudaMemcpyHostToDevice, c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
     hr_free(tmp);
     if (e != cudaSuccess)
         return hr_err_set(err, HR_ERR_DEVICE, "cuda: write_tensor: %s", cudaGetErrorString(e));
@@ -813,8 +820,11 @@ static hr_status cuda_read_tensor(hr_backend *b, const be_tensor *t, bool matmul
     void *tmp = hr_malloc(n * elem);
     if (!tmp)
         return hr_err_set(err, HR_ERR_NOMEM, "cuda: out of host memory");
-    cudaError_t e = cudaMemcpy2D(tmp, (size_t)t->cols * elem, t->data, (size_t)t->ld * elem,
-                                 (size_t)t->cols * elem, (size_t)rows, cudaMemcpyDeviceToHost);
+    cudaError_t e = cudaMemcpy2DAsync(tmp, (size_t)t->cols * elem, t->data,
+                                      (size_t)t->ld * elem, (size_t)t->cols * elem,
+                                      (size_t)rows, cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
     if (e == cudaSuccess && matmul_input) {
         for (size_t i = 0; i < n; i++) {
             uint16_t h = ((uint16_t *)tmp)[i];
