@@ -10,7 +10,9 @@
  *   - no --ctx: the largest context that fits, capped at the model's;
  *   - a GPU plan needs no GPU when the budget is given;
  *   - sizes parse ("8GiB", "12GB", "90%");
- *   - a prompt longer than the context: refused, or truncated on request.
+ *   - a prompt longer than the context: refused, or truncated on request;
+ *   - admission: a request that finds no free sequence (and its KV blocks)
+ *     waits, produces nothing until the one ahead has finished, then runs.
  */
 #include "headroom.h"
 #include "test.h"
@@ -184,6 +186,43 @@ static void overflow(const hr_model *m) {
     hr_engine_free(e);
 }
 
+static void admission_waits(const hr_model *m) {
+    hr_engine_params p = cpu_params(64, 1, 64, HR_DTYPE_F32);
+    hr_error err;
+    hr_engine *e = NULL;
+    CHECK_OK(hr_engine_create(m, &p, &e, &err), &err);
+    if (!e)
+        return;
+    int32_t prompt[8];
+    for (int i = 0; i < 8; i++)
+        prompt[i] = 50 + i;
+    hr_sampling_params sp = hr_sampling_params_default();
+    sp.max_tokens = 6;
+    sp.ignore_eos = true;
+    int32_t first, second;
+    CHECK_OK(hr_engine_add(e, prompt, 8, &sp, &first, &err), &err);
+    CHECK_OK(hr_engine_add(e, prompt, 8, &sp, &second, &err), &err);
+    hr_event ev[4];
+    int32_t n, got[2] = {0, 0};
+    bool first_done = false, early = false;
+    for (int step = 0; step < 64 && hr_engine_n_active(e) > 0; step++) {
+        if (hr_engine_step(e, ev, 4, &n, &err) != HR_OK)
+            break;
+        for (int32_t i = 0; i < n; i++) {
+            int which = ev[i].id == second;
+            early |= which && !first_done;
+            got[which] += ev[i].token >= 0;
+            if (!which && ev[i].finish != HR_FINISH_NONE)
+                first_done = true;
+        }
+    }
+    CHECK_MSG(!early, "the second request ran before the first finished");
+    CHECK_EQ_I64(got[0], 6);
+    CHECK_EQ_I64(got[1], 6);
+    CHECK_EQ_I64(hr_engine_n_active(e), 0);
+    hr_engine_free(e);
+}
+
 int main(void) {
     hr_error err;
     hr_model *m = NULL;
@@ -192,6 +231,7 @@ int main(void) {
         exact_on_cpu(m);
         refusal_before_allocation(m);
         overflow(m);
+        admission_waits(m);
     }
     hr_model_free(m);
     gpu_plan_without_gpu();
