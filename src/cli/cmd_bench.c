@@ -75,9 +75,8 @@ static hr_status run_batch(hr_engine *e, int32_t n_vocab, int32_t batch, int32_t
     int32_t *ids = malloc((size_t)prompt * sizeof *ids);
     hr_event *ev = malloc((size_t)(batch + 4) * sizeof *ev);
     bool *started = calloc((size_t)batch + 1, sizeof *started);
-    int32_t *first_id = malloc(sizeof *first_id);
     hr_status s = HR_OK;
-    if (!ids || !ev || !started || !first_id) {
+    if (!ids || !ev || !started) {
         s = hr_err_set(err, HR_ERR_NOMEM, "bench: out of memory");
         goto done;
     }
@@ -127,7 +126,6 @@ done:
     free(ids);
     free(ev);
     free(started);
-    free(first_id);
     return s;
 }
 

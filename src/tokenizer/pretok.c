@@ -5,10 +5,12 @@
  * Ops run in order over a list of spans, as Hugging Face's pre-tokenizers
  * do: SPLIT (regex or literal, with a SplitDelimiterBehavior and invert),
  * BYTE_LEVEL (optional prefix space, optional GPT-2 regex split, then every
- * byte becomes its GPT-2 character) and METASPACE (' ' -> U+2581, prepend,
- * optional split before each U+2581). Empty pieces are dropped after every
- * op. Split ops only re-slice the text; BYTE_LEVEL and METASPACE rewrite it
- * into one of two scratch buffers (whichever the input is not in).
+ * byte becomes its GPT-2 character), METASPACE (' ' -> U+2581, prepend,
+ * optional split before each U+2581), FIXED_LENGTH (pieces of n code points)
+ * and SCRIPTS (a piece per run of one Unicode script, by Hugging Face's
+ * UnicodeScripts rules). Empty pieces are dropped after every op. SPLIT,
+ * FIXED_LENGTH and SCRIPTS only re-slice the text; BYTE_LEVEL and METASPACE
+ * rewrite it into one of two scratch buffers (whichever the input is not in).
  *
  * GGUF files name their pre-tokenizer (tokenizer.ggml.pre); the table below
  * gives the regex list llama.cpp (src/llama-vocab.cpp) applies for each name,
@@ -27,6 +29,7 @@
 #include "tokenizer/tok_impl.h"
 
 #include "tokenizer/unicode.h"
+#include "tokenizer/unicode_scripts.h"
 #include "util/alloc.h"
 
 #include <pcre2.h>
@@ -381,6 +384,77 @@ static hr_status op_split(tok_ctx *c, const tok_pre_op *op, const tok_pieces *in
     return HR_OK;
 }
 
+/* FIXED_LENGTH: every span of in cut into pieces of op->length code points
+ * (the last may be shorter), as Hugging Face's FixedLength. */
+static hr_status op_fixed_length(tok_ctx *c, const tok_pre_op *op, const tok_pieces *in,
+                                 tok_pieces *out) {
+    out->base = in->base;
+    out->n = 0;
+    for (size_t k = 0; k < in->n; k++) {
+        tok_span sp = in->sp[k];
+        const char *s = in->base + sp.off;
+        size_t start = 0, i = 0;
+        uint32_t n_cp = 0;
+        while (i < sp.len) {
+            i += uni_seq_len((uint8_t)s[i]);
+            if (++n_cp == op->length || i >= sp.len) {
+                HR_TRY(span_push(c, out, sp.off + start, i - start, sp.at_start && start == 0));
+                start = i;
+                n_cp = 0;
+            }
+        }
+    }
+    return HR_OK;
+}
+
+/* Hugging Face's fixed_script (the rules of SentencePiece's Unigram
+ * IsValidSentencePiece): the prolonged sound mark U+30FC and all Hiragana
+ * and Katakana count as Han, so Japanese text stays in one piece; ' ' and
+ * the code points the table lacks are "any" (-1): they never start a piece
+ * and stay with the piece before them. Other spaces are Common. */
+static int fixed_script(uint32_t cp) {
+    if (cp == 0x30FC)
+        return UNI_SCRIPT_HAN;
+    if (cp == ' ')
+        return -1;
+    int s = uni_script(cp);
+    if (s == UNI_SCRIPT_HIRAGANA || s == UNI_SCRIPT_KATAKANA)
+        return UNI_SCRIPT_HAN;
+    return s == UNI_SCRIPT_UNKNOWN ? -1 : s;
+}
+
+/* SCRIPTS: a piece starts at each character whose script is not "any" and
+ * differs from the last script seen that was not. Common and Inherited are
+ * scripts like any other here (a combining mark after a letter is a piece
+ * of its own). As in Hugging Face, what precedes the first piece (leading
+ * spaces) is dropped, and a span of only "any" characters vanishes. */
+static hr_status op_scripts(tok_ctx *c, const tok_pieces *in, tok_pieces *out) {
+    out->base = in->base;
+    out->n = 0;
+    for (size_t k = 0; k < in->n; k++) {
+        tok_span sp = in->sp[k];
+        const char *s = in->base + sp.off;
+        size_t i = 0, start = SIZE_MAX;
+        int last = -1;
+        while (i < sp.len) {
+            uint32_t cp;
+            size_t l = uni_next(s + i, sp.len - i, &cp);
+            int sc = fixed_script(cp);
+            if (sc >= 0 && sc != last) {
+                if (start != SIZE_MAX)
+                    HR_TRY(span_push(c, out, sp.off + start, i - start,
+                                     sp.at_start && start == 0));
+                start = i;
+                last = sc;
+            }
+            i += l;
+        }
+        if (start != SIZE_MAX)
+            HR_TRY(span_push(c, out, sp.off + start, sp.len - start, sp.at_start && start == 0));
+    }
+    return HR_OK;
+}
+
 /* The scratch text buffer that in does not point into. */
 static int free_text_slot(const tok_ctx *c, const tok_pieces *in) {
     return in->base == c->tb[0] && c->tb[0] ? 1 : 0;
@@ -494,6 +568,8 @@ hr_status pretok_run(tok_ctx *c, const char *text, size_t n, bool at_start,
                 HR_TRY(op_split(c, &split, in, nx));
             }
             break;
+        case TOK_PRE_FIXED_LENGTH: HR_TRY(op_fixed_length(c, op, in, nx)); break;
+        case TOK_PRE_SCRIPTS: HR_TRY(op_scripts(c, in, nx)); break;
         }
         tmp = in, in = nx, nx = tmp;
     }

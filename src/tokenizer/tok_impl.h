@@ -49,6 +49,8 @@ typedef enum {
     TOK_PRE_SPLIT = 0,  /* split on a regex or a literal */
     TOK_PRE_BYTE_LEVEL, /* [prefix space] [GPT-2 regex split] bytes -> GPT-2 characters */
     TOK_PRE_METASPACE,  /* ' ' -> U+2581, [prepend], [split before each U+2581] */
+    TOK_PRE_FIXED_LENGTH, /* pieces of `length` code points */
+    TOK_PRE_SCRIPTS,      /* split where the Unicode script changes (UnicodeScripts) */
 } tok_pre_kind;
 
 typedef enum { TOK_PREPEND_ALWAYS = 0, TOK_PREPEND_FIRST, TOK_PREPEND_NEVER } tok_prepend;
@@ -65,6 +67,7 @@ typedef struct {
     size_t repl_len;
     tok_prepend prepend; /* METASPACE */
     bool split;          /* METASPACE */
+    uint32_t length;     /* FIXED_LENGTH: code points per piece, >= 1 */
 } tok_pre_op;
 
 typedef enum {

@@ -275,6 +275,21 @@ static hr_status parse_pre(json_load *L, const cJSON *n, int depth) {
             return hr_err_set(L->err, HR_ERR_NOMEM, "out of memory");
         return pretok_add(L->t, &op, L->err);
     }
+    if (strcmp(type, "FixedLength") == 0) {
+        const cJSON *len = get(n, "length");
+        int64_t v = 5; /* Hugging Face's default */
+        /* Hugging Face panics on 0; past 2^31 code points every piece is whole anyway */
+        if (len && (!as_id(len, INT32_MAX, &v) || v == 0))
+            return hr_err_set(L->err, HR_ERR_FORMAT,
+                              "%s: FixedLength pre_tokenizer needs a length in [1, %d]", L->name,
+                              INT32_MAX);
+        tok_pre_op op = {.kind = TOK_PRE_FIXED_LENGTH, .length = (uint32_t)v};
+        return pretok_add(L->t, &op, L->err);
+    }
+    if (strcmp(type, "UnicodeScripts") == 0) {
+        tok_pre_op op = {.kind = TOK_PRE_SCRIPTS};
+        return pretok_add(L->t, &op, L->err);
+    }
     return hr_err_set(L->err, HR_ERR_UNSUPPORTED, "%s: pre_tokenizer '%s' is not supported",
                       L->name, type);
 }

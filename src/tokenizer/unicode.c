@@ -1,6 +1,7 @@
 /*
  * unicode.c — UTF-8 decoding with maximal-subpart replacement, White_Space,
- * and the GPT-2 byte-level map.
+ * the GPT-2 byte-level map, and the Script property lookup (a binary search
+ * over the runs of unicode_scripts_data.c).
  *
  * The decoder follows table 3-7 of the Unicode standard (well-formed byte
  * sequences): the second byte's range depends on the lead (E0: A0..BF,
@@ -10,6 +11,7 @@
  * still have begun a well-formed sequence, or one byte when there is none.
  */
 #include "tokenizer/unicode.h"
+#include "tokenizer/unicode_scripts.h"
 
 #include <string.h>
 
@@ -184,4 +186,19 @@ int uni_cp_to_byte(uint32_t cp) {
     if (cp == 256 + 67)
         return 0xAD;
     return -1;
+}
+
+uint8_t uni_script(uint32_t cp) {
+    if (cp > 0x10FFFF)
+        return UNI_SCRIPT_UNKNOWN;
+    /* the last run starting at or before cp; run 0 starts at U+0000 */
+    size_t lo = 0, hi = UNI_N_SCRIPT_RUNS;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (uni_script_runs[mid] >> 8 <= cp)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return (uint8_t)(uni_script_runs[lo] & 0xFF);
 }
