@@ -468,9 +468,9 @@ static void test_hostile_json(void) {
         {"{\"added_tokens\": [{\"id\": 1}], \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, "
          "\"merges\": []}}",
          HR_ERR_FORMAT, "added"},
-        {"{\"pre_tokenizer\": {\"type\": \"UnicodeScripts\"}, \"model\": {\"type\": \"BPE\", "
-         "\"vocab\": {\"a\": 0}, \"merges\": []}}",
-         HR_ERR_UNSUPPORTED, "UnicodeScripts"},
+        {"{\"pre_tokenizer\": {\"type\": \"NoSuchPreTokenizer\"}, \"model\": {\"type\": "
+         "\"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
+         HR_ERR_UNSUPPORTED, "NoSuchPreTokenizer"},
         {"{\"normalizer\": {\"type\": \"Lowercase\"}, \"model\": {\"type\": \"BPE\", "
          "\"vocab\": {\"a\": 0}, \"merges\": []}}",
          HR_ERR_UNSUPPORTED, "Lowercase"},

@@ -397,6 +397,9 @@ static hr_status op_fixed_length(tok_ctx *c, const tok_pre_op *op, const tok_pie
         uint32_t n_cp = 0;
         while (i < sp.len) {
             i += uni_seq_len((uint8_t)s[i]);
+            if (i > sp.len) /* a truncated sequence at the end (the text is
+                               validated before, this keeps the span inside) */
+                i = sp.len;
             if (++n_cp == op->length || i >= sp.len) {
                 HR_TRY(span_push(c, out, sp.off + start, i - start, sp.at_start && start == 0));
                 start = i;

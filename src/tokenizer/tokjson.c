@@ -166,6 +166,8 @@ static hr_status parse_normalizer(json_load *L, const cJSON *n, int depth) {
 
 /* ---------------------------------------------------------------- pre-tokenizer */
 
+#define RUST_WORD "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}"
+
 static hr_status add_regex_split(json_load *L, const char *pattern, tok_split_behavior b,
                                  bool invert) {
     tok_pre_op op = {.kind = TOK_PRE_SPLIT, .behavior = b, .invert = invert};
@@ -251,7 +253,11 @@ static hr_status parse_pre(json_load *L, const cJSON *n, int depth) {
         return pretok_add(L->t, &op, L->err);
     }
     if (strcmp(type, "Whitespace") == 0)
-        return add_regex_split(L, "\\w+|[^\\w\\s]+", TOK_SPLIT_REMOVED, true);
+        /* \w+|[^\w\s]+ run by Rust's regex crate (not Oniguruma, as Split's
+         * patterns are), whose \w is Unicode's word class (UTS #18):
+         * Alphabetic, marks, Nd, Pc and the joiners U+200C/U+200D */
+        return add_regex_split(L, "[" RUST_WORD "]+|[^" RUST_WORD "\\s]+", TOK_SPLIT_REMOVED,
+                               true);
     if (strcmp(type, "WhitespaceSplit") == 0)
         return add_regex_split(L, "\\s+", TOK_SPLIT_REMOVED, false);
     if (strcmp(type, "Punctuation") == 0 || strcmp(type, "BertPreTokenizer") == 0) {
