@@ -5,7 +5,9 @@
 #   GEMV/sampling kernels against float64, whole models against the float32
 #   references), then the benchmarks, then transformers on the same shape.
 # Results go to $OUT (JSON lines for bench/results/), a short table last.
-#   scripts/device_check.sh [checks] [bench] [hf] [sweep]   (default: all four)
+#   scripts/device_check.sh [checks] [bench] [hf] [sweep] [profile]
+#   (default: the first four; profile: GPU time per op at a short and a 32k
+#   context, eager steps, from HEADROOM_CUDA_PROFILE)
 set -u
 cd "$(dirname "$0")/.."
 D=$PWD/.dev/device
@@ -39,6 +41,13 @@ if [[ $what == *bench* ]]; then
   done
   $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 --batch 64 2>&1 | tee -a $OUT/bench.jsonl
   $T 120 $B --synthetic llama2-7b --prompt 32768 --gen 64 --ctx 32832 2>&1 | tee -a $OUT/bench.jsonl
+fi
+if [[ $what == *profile* ]]; then
+  echo "== GPU time per op (graphs off)"
+  for p in 128 32768; do
+    HEADROOM_CUDA_PROFILE=1 $T 120 $B --synthetic llama2-7b --prompt $p --gen 32 \
+      --ctx $((p + 64)) --graphs off 2>&1 | grep -E "profile|^\{" | tee -a $OUT/profile.txt
+  done
 fi
 if [[ $what == *sweep* ]]; then
   echo "== planner sweep: planned vs measured device memory"

@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include "backend/cuda/cuda_gemm.h"
+#include "backend/cuda/cuda_profile.h"
 #include "backend/cuda/kernels.h"
 #include "memory/sizes.h"
 #include "quant/quant.h"
@@ -100,6 +101,7 @@ typedef struct {
     int n_graphs;
     hr_error step_err;
     hr_status step_status;
+    cuda_profile *prof; /* NULL unless HEADROOM_CUDA_PROFILE is set */
 } cuda_backend;
 
 /* ---------------------------------------------------------------- devices */
@@ -211,6 +213,8 @@ static void cuda_free_backend(hr_backend *b) {
         return;
     if (c->stream)
         cudaStreamSynchronize(c->stream);
+    cuda_profile_report(c->prof);
+    cuda_profile_free(c->prof);
     if (c->graphs)
         for (int32_t i = 0; i < 2 * (c->kv.max_rows + 1); i++)
             if (c->graphs[i])
@@ -500,6 +504,7 @@ static hr_status cuda_begin_step(hr_backend *b, const hr_step *s, hr_error *err)
         return hr_err_set(err, HR_ERR_INVALID, "cuda: step of %d rows (%d outputs) over the "
                                                "planned %d (%d)",
                           s->n_rows, s->n_out, c->kv.max_rows, c->kv.max_out);
+    cuda_profile_collect(c->prof); /* drops the marks of a step that failed */
     c->step_status = HR_OK;
     c->n_rows = s->n_rows;
     c->n_out = s->n_out;
@@ -558,6 +563,13 @@ static hr_status cuda_begin_step(hr_backend *b, const hr_step *s, hr_error *err)
     if ((c)->replaying || (c)->step_status != HR_OK) \
         return
 
+/* Where an op's work starts on the stream, for HEADROOM_CUDA_PROFILE (not
+ * while capturing: a graph's ops are not timed one by one). */
+static void mark(cuda_backend *c, const char *op, int64_t n_rows, int64_t k) {
+    if (c->prof && !c->capturing)
+        cuda_profile_mark(c->prof, c->stream, op, n_rows, k);
+}
+
 static void op_error(cuda_backend *c, const char *op) {
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess && c->step_status == HR_OK)
@@ -570,6 +582,7 @@ static const int32_t *meta(const cuda_backend *c, size_t off) { return c->d_meta
 static void cuda_embed(hr_backend *b, be_tensor *x, const be_weight *tok_embd) {
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
+    mark(c, "embed", 0, 0);
     ck_embed(c->stream, x->data, x->ld, tok_embd->w, c->dt, meta(c, c->o_tok), c->n_rows,
              (int)tok_embd->k);
     op_error(c, "embed");
@@ -579,6 +592,7 @@ static void cuda_rmsnorm(hr_backend *b, be_tensor *y, const be_tensor *x, const 
                          float eps, int64_t n) {
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
+    mark(c, "rmsnorm", 0, 0);
     ck_add_rmsnorm(c->stream, x->data, x->ld, NULL, 0, y->data, y->ld, c->dt, w->data, eps,
                    (int)n, (int)x->cols);
     op_error(c, "rmsnorm");
@@ -588,6 +602,7 @@ static void cuda_add_rmsnorm(hr_backend *b, be_tensor *x, const be_tensor *dx, b
                              const be_vector *w, float eps) {
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
+    mark(c, "add_rmsnorm", 0, 0);
     ck_add_rmsnorm(c->stream, x->data, x->ld, dx->data, dx->ld, y->data, y->ld, c->dt, w->data,
                    eps, c->n_rows, (int)x->cols);
     op_error(c, "add_rmsnorm");
@@ -599,6 +614,7 @@ static void cuda_matmul(hr_backend *b, be_tensor *y, const be_tensor *x, const b
     OP_PRELUDE(c);
     if (n <= 0)
         return;
+    mark(c, n <= CK_GEMV_MAX_ROWS ? "gemv" : "gemm", w->n_rows, w->k);
     if (n <= CK_GEMV_MAX_ROWS) {
         ck_gemv(c->stream, y->data, y->ld, x->data, x->ld, w->w, w->bias, c->dt, (int)n,
                 (int)w->n_rows, (int)w->k);
@@ -620,6 +636,7 @@ static void cuda_rope(hr_backend *b, be_tensor *qkv, const float *inv_freq, rope
     (void)inv_freq; /* the device copy made at setup */
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
+    mark(c, "rope", 0, 0);
     ck_rope(c->stream, qkv->data, qkv->ld, meta(c, c->o_pos), c->inv_freq,
             style == ROPE_STYLE_NEOX, c->n_rows, n_head, n_head_kv, head_dim);
     op_error(c, "rope");
@@ -628,6 +645,7 @@ static void cuda_rope(hr_backend *b, be_tensor *qkv, const float *inv_freq, rope
 static void cuda_kv_store(hr_backend *b, int32_t layer, const be_tensor *qkv) {
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
+    mark(c, "kv_store", 0, 0);
     const hr_model_info *in = b->info;
     size_t off = (size_t)layer * c->kv_layer_bytes;
     ck_kv_store(c->stream, qkv->data, qkv->ld, c->k_pool + off, c->v_pool + off, c->dt,
@@ -639,6 +657,7 @@ static void cuda_kv_store(hr_backend *b, int32_t layer, const be_tensor *qkv) {
 static void cuda_attention(hr_backend *b, int32_t layer, be_tensor *out, const be_tensor *qkv) {
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
+    mark(c, c->n_tiles > 0 ? "attn prefill" : "attn decode", 0, 0);
     const hr_model_info *in = b->info;
     size_t off = (size_t)layer * c->kv_layer_bytes;
     ck_attn_args a = {.qkv = qkv->data,
@@ -682,6 +701,7 @@ static void cuda_attention(hr_backend *b, int32_t layer, be_tensor *out, const b
 static void cuda_swiglu(hr_backend *b, be_tensor *h, const be_tensor *gu) {
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
+    mark(c, "swiglu", 0, 0);
     ck_swiglu(c->stream, h->data, h->ld, c->dt, gu->data, gu->ld, c->n_rows, (int)h->cols);
     op_error(c, "swiglu");
 }
@@ -689,6 +709,7 @@ static void cuda_swiglu(hr_backend *b, be_tensor *h, const be_tensor *gu) {
 static void cuda_gather_rows(hr_backend *b, be_tensor *y, const be_tensor *x) {
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
+    mark(c, "gather_rows", 0, 0);
     ck_gather(c->stream, y->data, y->ld, x->data, x->ld, c->dt, meta(c, c->o_out), c->n_out,
               (int)x->cols);
     op_error(c, "gather_rows");
@@ -697,6 +718,7 @@ static void cuda_gather_rows(hr_backend *b, be_tensor *y, const be_tensor *x) {
 /* Enqueues the device sampling of the step's outputs (parameters read from
  * the pinned buffer when the work runs, so a replayed graph sees new ones). */
 static void enqueue_sampling(cuda_backend *c, const be_tensor *logits) {
+    mark(c, "sample", 0, 0);
     cudaMemcpyAsync(c->d_sp, c->h_sp, (size_t)c->n_out * sizeof *c->d_sp, cudaMemcpyHostToDevice,
                     c->stream);
     ck_sample(c->stream, c->d_tok, logits->data, logits->ld, c->n_out, (int)logits->cols,
@@ -757,7 +779,9 @@ static hr_status cuda_end_step(hr_backend *b, const be_tensor *logits, float *ho
                                       logits->data, (size_t)logits->ld * sizeof(float),
                                       (size_t)logits->cols * sizeof(float), (size_t)c->n_out,
                                       cudaMemcpyDeviceToHost, c->stream));
+    cuda_profile_step_end(c->prof, c->stream);
     HR_CUDA_TRY(cudaStreamSynchronize(c->stream));
+    cuda_profile_collect(c->prof);
     c->replaying = false;
     if (c->step_status != HR_OK) {
         if (err)
@@ -895,6 +919,8 @@ hr_status backend_cuda_create(const hr_model_info *info, const be_params *p, hr_
                        cudaGetErrorString(e));
         goto fail;
     }
+    if ((s = cuda_profile_create(&c->prof, err)) != HR_OK)
+        goto fail;
     if (p->arena_bytes > 0) {
         e = cudaMalloc((void **)&c->arena, p->arena_bytes);
         if (e != cudaSuccess) {
