@@ -13,6 +13,7 @@
  *   - a prompt longer than the context is refused, the engine goes on;
  *   - no allocation at all during steady-state steps.
  */
+#include "engine/engine.h"
 #include "headroom.h"
 #include "test.h"
 #include "util/alloc.h"
@@ -291,6 +292,40 @@ static void test_no_allocation(const hr_model *m, const case_ref *c) {
     hr_engine_free(e);
 }
 
+/* Once its prompt is in, a sequence is fed exactly one row per step (its
+ * newest token): no step feeds a token again. */
+static void test_one_row_per_decode(const hr_model *m, const case_ref *c) {
+    hr_error err;
+    hr_engine *e = make_engine(m, 2, 64, 256);
+    if (!e)
+        return;
+    hr_sampling_params sp = hr_sampling_params_default();
+    sp.max_tokens = 40;
+    sp.ignore_eos = true;
+    sp.temperature = 0.0f;
+    int32_t ids[2];
+    CHECK_OK(hr_engine_add(e, c[0].ids, c[0].n_ids, &sp, &ids[0], &err), &err);
+    CHECK_OK(hr_engine_add(e, c[1].ids, c[1].n_ids, &sp, &ids[1], &err), &err);
+    hr_event ev[8];
+    int32_t n, bad = 0, checked = 0, got[2] = {0, 0};
+    for (int s = 0; s < 30; s++) {
+        bool decoding = got[0] > 0 && got[1] > 0; /* both prompts are in */
+        CHECK_OK(hr_engine_step(e, ev, 8, &n, &err), &err);
+        for (int32_t i = 0; i < n; i++)
+            got[ev[i].id == ids[1]] += ev[i].token >= 0;
+        if (!decoding)
+            continue;
+        checked++;
+        bad += e->step.n_rows != 2 || e->step.n_seg != 2;
+        for (int32_t g = 0; g < e->step.n_seg; g++)
+            bad += e->step.segs[g].n != 1;
+    }
+    CHECK(checked >= 20);
+    CHECK_MSG(bad == 0, "%d of %d decode steps fed more than one row per sequence", bad,
+              checked);
+    hr_engine_free(e);
+}
+
 int main(void) {
     static case_ref cases[MAX_PROMPTS];
     int n_cases = load_cases(cases);
@@ -305,6 +340,7 @@ int main(void) {
     test_stop_and_eos(m, cases);
     test_eos_list(cases);
     test_no_allocation(m, cases);
+    test_one_row_per_decode(m, cases);
     hr_model_free(m);
     TEST_END();
 }

@@ -460,11 +460,14 @@ hr_status hr_engine_step(hr_engine *e, hr_event *events, int32_t cap, int32_t *n
 
     begin_build(e);
     int32_t budget = e->p.n_batch;
-    /* decode rows first, then prompt chunks in arrival order */
+    /* decode rows first, then prompt chunks in arrival order (n_step is
+     * cleared once, before both passes: clearing it in the second pass too
+     * forgot the decode rows of the first, which were then fed again) */
+    for (int32_t i = 0; i < e->n_reqs; i++)
+        e->reqs[i]->n_step = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int32_t i = 0; i < e->n_reqs && budget > 0; i++) {
             engine_request *r = e->reqs[i];
-            r->n_step = 0;
             if (r->seq < 0 || r->finish != HR_FINISH_NONE)
                 continue;
             bool decoding = r->n_tokens - r->n_cached == 1;
