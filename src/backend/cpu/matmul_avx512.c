@@ -33,6 +33,7 @@
  * nw/nx = weight/activation rows in a register tile.
  */
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/matmul_simd.h"
 
 #include "quant/blocks.h"
 #include "util/dtype.h"
@@ -54,41 +55,6 @@ AI __m512 cvt_i8(__m128i v) {
 /* Mask of the first n (clamped to 0..16) lanes. */
 AI __mmask16 lanes16(int n) {
     return (__mmask16)(n >= 16 ? 0xffffu : n <= 0 ? 0u : (1u << n) - 1u);
-}
-
-AI float f16s(uint16_t h) {
-    return _cvtsh_ss(h);
-}
-
-AI bool is_kquant(hr_dtype dt) {
-    return dt == HR_DTYPE_Q2_K || dt == HR_DTYPE_Q3_K || dt == HR_DTYPE_Q4_K ||
-           dt == HR_DTYPE_Q5_K || dt == HR_DTYPE_Q6_K;
-}
-
-/* Q4_K/Q5_K: the 8 six-bit scales and mins of a super-block (blocks.h), as
- * bytes 0..7 of *sc and *mn, unpacked with 32-bit operations (byte-register
- * arithmetic creates false dependencies on AMD cores). */
-AI void k4_scales(const uint8_t *s, uint64_t *sc, uint64_t *mn) {
-    uint32_t u[3];
-    memcpy(u, s, 12);
-    *sc = (uint64_t)(u[0] & 0x3f3f3f3fu) |
-          (uint64_t)((u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u)) << 32;
-    *mn = (uint64_t)(u[1] & 0x3f3f3f3fu) |
-          (uint64_t)(((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u)) << 32;
-}
-
-/* Q3_K: the 16 six-bit scales (biased by 32) as 16 bytes (blocks.h). */
-AI __m128i q3_scales(const uint8_t *s) {
-    uint64_t a;
-    uint32_t h;
-    memcpy(&a, s, 8);
-    memcpy(&h, s + 8, 4);
-    const uint64_t m4 = 0x0f0f0f0f0f0f0f0full;
-    const uint64_t lo = (a & m4) | ((uint64_t)(h & 0x03030303u) |
-                                    (uint64_t)((h >> 2) & 0x03030303u) << 32) << 4;
-    const uint64_t hi = ((a >> 4) & m4) | ((uint64_t)((h >> 4) & 0x03030303u) |
-                                           (uint64_t)((h >> 6) & 0x03030303u) << 32) << 4;
-    return _mm_set_epi64x((long long)hi, (long long)lo);
 }
 
 /* K-quant super-block sb of a row: per 16-element sixteenth l, the f32 scale

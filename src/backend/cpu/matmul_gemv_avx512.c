@@ -43,6 +43,7 @@
  * nx = activation rows sharing one pass over a weight row.
  */
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/matmul_simd.h"
 
 #include "quant/blocks.h"
 #include "util/dtype.h"
@@ -52,10 +53,6 @@
 #include <string.h>
 
 #define AI static inline __attribute__((always_inline))
-
-AI float f16s(uint16_t h) {
-    return _cvtsh_ss(h);
-}
 
 /* ====================================================================== */
 /* Activation quantization                                                */
@@ -393,32 +390,6 @@ AI void q8_group(int nx, const uint8_t *p, const xrows *x, int64_t g, __m512 acc
 /* K-quants: a super-block per group, a half block per 128-bit lane       */
 /* ====================================================================== */
 
-/* Q4_K/Q5_K: the 8 six-bit scales and mins of a super-block (blocks.h), as
- * bytes 0..7 of *sc and *mn, unpacked with 32-bit operations (byte-register
- * arithmetic creates false dependencies on AMD cores). */
-AI void k4_scales(const uint8_t *s, uint64_t *sc, uint64_t *mn) {
-    uint32_t u[3];
-    memcpy(u, s, 12);
-    *sc = (uint64_t)(u[0] & 0x3f3f3f3fu) |
-          (uint64_t)((u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u)) << 32;
-    *mn = (uint64_t)(u[1] & 0x3f3f3f3fu) |
-          (uint64_t)(((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u)) << 32;
-}
-
-/* Q3_K: the 16 six-bit scales (biased by 32) as 16 bytes (blocks.h). */
-AI __m128i q3_scales(const uint8_t *s) {
-    uint64_t a;
-    uint32_t h;
-    memcpy(&a, s, 8);
-    memcpy(&h, s + 8, 4);
-    const uint64_t m4 = 0x0f0f0f0f0f0f0f0full;
-    const uint64_t lo = (a & m4) | ((uint64_t)(h & 0x03030303u) |
-                                    (uint64_t)((h >> 2) & 0x03030303u) << 32) << 4;
-    const uint64_t hi = ((a >> 4) & m4) | ((uint64_t)((h >> 4) & 0x03030303u) |
-                                           (uint64_t)((h >> 6) & 0x03030303u) << 32) << 4;
-    return _mm_set_epi64x((long long)hi, (long long)lo);
-}
-
 /* The unsigned codes of a super-block: register i, 128-bit lane L holds half
  * block cpu_xq_lane(layout, 4L + i) (layout K4 for Q4_K/Q5_K, NATURAL else). */
 AI void kq_codes(hr_dtype dt, const uint8_t *blk, __m512i c[4]) {
@@ -585,11 +556,6 @@ AI void kq_group(hr_dtype dt, int nx, const uint8_t *blk, const xrows *x, int64_
 /* Rows                                                                   */
 /* ====================================================================== */
 
-AI bool is_kq(hr_dtype dt) {
-    return dt == HR_DTYPE_Q2_K || dt == HR_DTYPE_Q3_K || dt == HR_DTYPE_Q4_K || dt == HR_DTYPE_Q5_K ||
-           dt == HR_DTYPE_Q6_K;
-}
-
 AI cpu_xq_layout layout_of(hr_dtype dt) {
     switch (dt) {
     case HR_DTYPE_Q8_0:
@@ -609,7 +575,7 @@ AI cpu_xq_layout layout_of(hr_dtype dt) {
 AI void group(hr_dtype dt, int nx, const uint8_t *p, const xrows *x, int64_t g, __m512 acc[4]) {
     if (dt == HR_DTYPE_Q8_0)
         q8_group(nx, p, x, g, acc);
-    else if (is_kq(dt))
+    else if (is_kquant(dt))
         kq_group(dt, nx, p, x, g, acc);
     else
         leg_group(dt, nx, p, x, g, acc);
@@ -632,8 +598,8 @@ AI int prefetch_ahead(hr_dtype dt) {
 /* y[b * ldy] = dot(W_row, x_b) for b < nx. */
 AI void row_dot(hr_dtype dt, int nx, const uint8_t *w, const cpu_mm_args *a, const xrows *x,
                 float *y, int64_t ldy) {
-    const int64_t gb = hr_dtype_table[dt].block_bytes * (is_kq(dt) ? 1 : 16); /* bytes per group */
-    const int64_t ge = is_kq(dt) ? QUANT_QK_K : 512;                        /* elements per group */
+    const int64_t gb = hr_dtype_table[dt].block_bytes * (is_kquant(dt) ? 1 : 16); /* bytes per group */
+    const int64_t ge = is_kquant(dt) ? QUANT_QK_K : 512;                        /* elements per group */
     const int64_t n_full = a->K / ge;
     __m512 acc[4];
 #pragma GCC unroll 4
@@ -661,7 +627,7 @@ AI void row_dot(hr_dtype dt, int nx, const uint8_t *w, const cpu_mm_args *a, con
 AI void rows_fast(hr_dtype dt, const cpu_mm_args *a, const cpu_mat *m, int64_t r0, int64_t r1,
                   float *y, int64_t ldy) {
     const size_t wrb = cpu_mm_row_bytes(dt, a->K);
-    const bool half = is_kq(dt);
+    const bool half = is_kquant(dt);
     for (int64_t b = 0; b < a->B; b += 4) {
         const int nx = a->B - b >= 4 ? 4 : (int)(a->B - b);
         const xrows x = xrows_at(a, layout_of(dt), b, nx, half);
