@@ -54,8 +54,10 @@ void cli_engine_opts_init(cli_engine_opts *o);
 int cli_engine_option(int argc, char **argv, int *i, cli_engine_opts *o);
 /* Help lines for the options above. */
 void cli_engine_help(FILE *f);
-/* Loads the model (file or synthetic). */
-hr_status cli_load_model(const cli_engine_opts *o, hr_model **m, hr_error *err);
+/* Loads the model (file or synthetic). shapes_only: a synthetic model gets
+ * its shapes and tokenizer but no weight memory (a file is mapped anyway). */
+hr_status cli_load_model(const cli_engine_opts *o, bool shapes_only, hr_model **m,
+                         hr_error *err);
 
 int cmd_tokenize(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);

@@ -205,7 +205,7 @@ int cmd_bench(int argc, char **argv) {
     hr_error err;
     hr_model *m = NULL;
     int rc = 1;
-    if (cli_load_model(&o, &m, &err) != HR_OK) {
+    if (cli_load_model(&o, false, &m, &err) != HR_OK) {
         cli_error("%s", err.msg);
         return 1;
     }
@@ -240,7 +240,7 @@ int cmd_bench(int argc, char **argv) {
             hr_model_free(m);
             m = NULL;
             o.weights = want;
-            if (cli_load_model(&o, &m, &err) != HR_OK) {
+            if (cli_load_model(&o, false, &m, &err) != HR_OK) {
                 cli_error("%s", err.msg);
                 goto done;
             }

@@ -103,7 +103,7 @@ int cmd_perplexity(int argc, char **argv) {
         cli_error("perplexity: cannot read %s", file);
         return 1;
     }
-    if (cli_load_model(&o, &m, &err) != HR_OK) {
+    if (cli_load_model(&o, false, &m, &err) != HR_OK) {
         cli_error("%s", err.msg);
         goto done;
     }

@@ -50,11 +50,7 @@ int cmd_plan(int argc, char **argv) {
         return 1;
     hr_error err;
     hr_model *m = NULL;
-    hr_model_params mp = hr_model_params_default();
-    mp.vocab_only = true; /* shapes, not weights: a synthetic model gets no weight memory */
-    hr_status s = o.synthetic ? hr_model_synthetic(o.synthetic, o.weights, &mp, &m, &err)
-                              : hr_model_load(o.model, NULL, &m, &err);
-    if (s != HR_OK) {
+    if (cli_load_model(&o, true, &m, &err) != HR_OK) {
         cli_error("%s", err.msg);
         return 1;
     }

@@ -137,7 +137,7 @@ int cmd_run(int argc, char **argv) {
     hr_model *m = NULL;
     hr_engine *e = NULL;
     int rc = 1;
-    if (cli_load_model(&o, &m, &err) != HR_OK ||
+    if (cli_load_model(&o, false, &m, &err) != HR_OK ||
         hr_engine_create(m, &o.ep, &e, &err) != HR_OK) {
         cli_error("%s", err.msg);
         goto done;

@@ -147,8 +147,10 @@ int cli_engine_option(int argc, char **argv, int *i, cli_engine_opts *o) {
     return 1;
 }
 
-hr_status cli_load_model(const cli_engine_opts *o, hr_model **m, hr_error *err) {
+hr_status cli_load_model(const cli_engine_opts *o, bool shapes_only, hr_model **m,
+                         hr_error *err) {
     hr_model_params mp = hr_model_params_default();
+    mp.vocab_only = shapes_only && o->synthetic;
     if (o->synthetic)
         return hr_model_synthetic(o->synthetic, o->weights, &mp, m, err);
     return hr_model_load(o->model, &mp, m, err);
