@@ -68,4 +68,31 @@ static int test_passed, test_failed;
 /* Path under the source tree, e.g. TEST_PATH("tests/data/x"). */
 #define TEST_PATH(rel) HR_SOURCE_DIR "/" rel
 
+/* The whole file, NUL-terminated (malloc; the caller frees), its size in
+ * *len; NULL when it cannot be read (with required: a message and exit 1,
+ * for fixtures the test cannot go on without). */
+static inline char *test_read_file(const char *path, size_t *len, int required) {
+    FILE *f = fopen(path, "rb");
+    char *b = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0)
+        b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    if (f)
+        fclose(f);
+    if (!b) {
+        if (required) {
+            fprintf(stderr, "cannot read %s\n", path);
+            exit(1);
+        }
+        return NULL;
+    }
+    b[n] = '\0';
+    *len = (size_t)n;
+    return b;
+}
+
 #endif

@@ -70,20 +70,6 @@ static bool load_expect(expect *bf16, expect *q8) {
     return true;
 }
 
-static char *read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *t = malloc((size_t)n + 1);
-    *len = fread(t, 1, (size_t)n, f);
-    t[*len] = '\0';
-    fclose(f);
-    return t;
-}
-
 static void check(const char *label, const char *path, const expect *x) {
     hr_error err;
     hr_model *m = NULL;
@@ -98,7 +84,7 @@ static void check(const char *label, const char *path, const expect *x) {
     hr_engine *e = NULL;
     CHECK_OK(hr_engine_create(m, &ep, &e, &err), &err);
     size_t len = 0;
-    char *text = read_text(MODEL "/heldout.txt", &len);
+    char *text = test_read_file(MODEL "/heldout.txt", &len, 0);
     size_t cap = len + 8, n = 0;
     int32_t *ids = malloc(cap * sizeof *ids);
     hr_tokenize_params tp = hr_tokenize_params_default();

@@ -19,27 +19,11 @@
 
 #define CFG_DIR "tests/fixtures/hf_configs/"
 
-static char *read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "cannot read %s\n", path);
-        exit(1);
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    *len = fread(b, 1, (size_t)n, f);
-    b[*len] = '\0';
-    fclose(f);
-    return b;
-}
-
 static hr_status parse_file(const char *rel, hr_model_info *m, hr_error *err) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", HR_SOURCE_DIR, rel);
     size_t len;
-    char *t = read_text(path, &len);
+    char *t = test_read_file(path, &len, 1);
     const char *base = strrchr(rel, '/') ? strrchr(rel, '/') + 1 : rel;
     hr_status s = hf_config_parse(t, len, base, m, err);
     free(t);
@@ -50,7 +34,7 @@ static hr_status parse_gen_file(const char *rel, hr_model_info *m, hr_error *err
     char path[512];
     snprintf(path, sizeof path, "%s/%s", HR_SOURCE_DIR, rel);
     size_t len;
-    char *t = read_text(path, &len);
+    char *t = test_read_file(path, &len, 1);
     hr_status s = hf_generation_config_parse(t, len, "generation_config.json", m, err);
     free(t);
     return s;
@@ -234,7 +218,7 @@ static void test_corrupt_files(void) {
 
 static cJSON *base_config(void) {
     size_t len;
-    char *t = read_text(HR_SOURCE_DIR "/" CFG_DIR "TinyLlama-1.1B-Chat-v1.0.config.json", &len);
+    char *t = test_read_file(HR_SOURCE_DIR "/" CFG_DIR "TinyLlama-1.1B-Chat-v1.0.config.json", &len, 1);
     cJSON *j = cJSON_Parse(t);
     free(t);
     if (!j) {
@@ -516,7 +500,7 @@ static void test_defaults_and_variants(void) {
 
 static void test_text_handling(void) {
     size_t len;
-    char *t = read_text(HR_SOURCE_DIR "/" CFG_DIR "Llama-3.2-1B.config.json", &len);
+    char *t = test_read_file(HR_SOURCE_DIR "/" CFG_DIR "Llama-3.2-1B.config.json", &len, 1);
     hr_model_info m;
     hr_error err = {0};
 

@@ -86,16 +86,9 @@ static void free_cases(case_file *cf) {
 
 static bool load_cases(const char *path, case_file *cf) {
     memset(cf, 0, sizeof *cf);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return false;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    cf->blob = n > 0 ? malloc((size_t)n) : NULL;
-    bool ok = cf->blob && fread(cf->blob, 1, (size_t)n, f) == (size_t)n;
-    fclose(f);
-    if (!ok || n < 16 || memcmp(cf->blob, "HRPT", 4) != 0)
+    size_t n = 0;
+    cf->blob = (uint8_t *)test_read_file(path, &n, 0);
+    if (!cf->blob || n < 16 || memcmp(cf->blob, "HRPT", 4) != 0)
         return false;
     const uint8_t *p = cf->blob + 4, *end = cf->blob + n;
     uint32_t version = 0;

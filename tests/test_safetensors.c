@@ -51,21 +51,6 @@ static void write_st(const char *path, const char *header, size_t n_data) {
     free(b);
 }
 
-static uint8_t *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "cannot read %s\n", path);
-        exit(1);
-    }
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)len + 1);
-    *n = fread(b, 1, (size_t)len, f);
-    fclose(f);
-    return b;
-}
-
 static void make_dir(const char *path) {
     if (mkdir(path, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "cannot mkdir %s\n", path);
@@ -420,7 +405,7 @@ static void test_python_file(void) {
 
     /* every truncation of the reference writer's file fails cleanly */
     size_t size;
-    uint8_t *buf = read_file(path, &size);
+    uint8_t *buf = (uint8_t *)test_read_file(path, &size, 1);
     int bad = 0;
     for (size_t n = 0; n < size; n++) {
         st_set *u = NULL;

@@ -61,24 +61,6 @@ static void write_file(const char *path, const void *data, size_t n) {
     fclose(f);
 }
 
-static char *read_whole(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)len + 1);
-    if (b && fread(b, 1, (size_t)len, f) != (size_t)len) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b)
-        *n = (size_t)len;
-    return b;
-}
-
 static bool valid_utf8(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
@@ -153,7 +135,7 @@ static void test_legacy(void) {
     snprintf(dir, sizeof dir, "%s/tok_unit_nonlegacy", HR_BINARY_DIR);
     mkdir(dir, 0755);
     size_t n = 0;
-    char *model = read_whole(SPM_MODEL, &n);
+    char *model = test_read_file(SPM_MODEL, &n, 0);
     CHECK(model != NULL);
     if (!model)
         return;
@@ -214,7 +196,7 @@ static void test_bos_rules(void) {
     snprintf(dir, sizeof dir, "%s/tok_unit_nobos", HR_BINARY_DIR);
     mkdir(dir, 0755);
     size_t n = 0;
-    char *json = read_whole(LLAMA2_DIR "/tokenizer.json", &n);
+    char *json = test_read_file(LLAMA2_DIR "/tokenizer.json", &n, 0);
     if (json) {
         snprintf(path, sizeof path, "%s/tokenizer.json", dir);
         write_file(path, json, n);
@@ -395,7 +377,7 @@ static hr_status load_status(const char *path, hr_error *err) {
 
 static void test_hostile_model(void) {
     size_t n = 0;
-    char *model = read_whole(SPM_MODEL, &n);
+    char *model = test_read_file(SPM_MODEL, &n, 0);
     CHECK(model != NULL);
     if (!model)
         return;
@@ -498,7 +480,7 @@ static void test_hostile_json(void) {
     }
     /* truncations of a real tokenizer.json: all refused cleanly */
     size_t n = 0;
-    char *json = read_whole(LLAMA2_DIR "/tokenizer.json", &n);
+    char *json = test_read_file(LLAMA2_DIR "/tokenizer.json", &n, 0);
     if (json) {
         size_t cuts[] = {0, 1, 10, 1000, n / 3, n - 2};
         for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {

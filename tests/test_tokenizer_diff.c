@@ -63,16 +63,9 @@ static const uint8_t *rd_varint(const uint8_t *p, const uint8_t *end, uint32_t *
 
 static bool load_cases(const char *path, case_file *cf) {
     memset(cf, 0, sizeof *cf);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return false;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    cf->blob = malloc((size_t)n);
-    bool ok = cf->blob && fread(cf->blob, 1, (size_t)n, f) == (size_t)n;
-    fclose(f);
-    if (!ok)
+    size_t n = 0;
+    cf->blob = (uint8_t *)test_read_file(path, &n, 0);
+    if (!cf->blob)
         return false;
     const uint8_t *p = cf->blob, *end = cf->blob + n;
     if (n < 16 || memcmp(p, "HRTK", 4) != 0)

@@ -9,26 +9,6 @@
 #include "headroom.h"
 #include "test.h"
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = '\0';
-        *len = (size_t)n;
-    }
-    return buf;
-}
-
 static void run_file(const char *vocab) {
     char path[1024], inp_path[1100], out_path[1100];
     snprintf(path, sizeof path, "%s/tests/data/tokenizer-vectors/ggml-vocab-%s.gguf", HR_SOURCE_DIR,
@@ -42,8 +22,8 @@ static void run_file(const char *vocab) {
     if (!tok)
         return;
     size_t inp_len = 0, out_len = 0;
-    char *inp = read_file(inp_path, &inp_len);
-    char *out = read_file(out_path, &out_len);
+    char *inp = test_read_file(inp_path, &inp_len, 0);
+    char *out = test_read_file(out_path, &out_len, 0);
     CHECK(inp && out);
     if (!inp || !out) {
         free(inp);
