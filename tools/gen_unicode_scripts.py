@@ -54,7 +54,6 @@ DATA_C = os.path.join(ROOT, "src/tokenizer/unicode_scripts_data.c")
 HEADER = os.path.join(ROOT, "src/tokenizer/unicode_scripts.h")
 FIXTURES = os.path.join(ROOT, "tests/data/pretok")
 LLAMA2_JSON = os.path.join(ROOT, "tests/fixtures/tokenizers/llama2/tokenizer.json")
-GPT2_GGUF = os.path.join(ROOT, "tests/data/tokenizer-vectors/ggml-vocab-gpt-2.gguf")
 
 
 # ---------------------------------------------------------------- table
@@ -323,19 +322,9 @@ def variants():
 
 
 def gpt2_tokenizer():
-    import gguf
+    from make_tokenizer_fixtures import gpt2_vocab  # tools/, beside this script
     from tokenizers import AddedToken, Tokenizer, decoders, models
-    r = gguf.GGUFReader(GPT2_GGUF)
-
-    def strings(key):
-        field = r.fields[key]
-        return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
-
-    tokens = strings("tokenizer.ggml.tokens")
-    merges = []
-    for m in strings("tokenizer.ggml.merges"):
-        sp = m.find(" ", 1)
-        merges.append((m[:sp], m[sp + 1:]))
+    tokens, merges = gpt2_vocab()
     tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
     tok.add_special_tokens([AddedToken("<|endoftext|>", special=True, normalized=False)])
     tok.decoder = decoders.ByteLevel()
