@@ -140,19 +140,6 @@ __device__ __forceinline__ int warp_max_int(int v) {
     return v;
 }
 
-/* Max over the block (blockDim.x a multiple of 32); every thread gets it.
- * scratch: 32 floats of shared memory (block_sum's convention). */
-__device__ __forceinline__ float block_max(float v, float *scratch) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warp = blockDim.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0)
-        scratch[warp] = v;
-    __syncthreads();
-    v = lane < n_warp ? scratch[lane] : -INFINITY;
-    return warp_max(v);
-}
-
 /* Element offset of position t's row in a pool: page (block, kv head g). */
 __device__ __forceinline__ int64_t kv_row(const ck_attn_args &a, const int32_t *bt, int g,
                                           int t) {

@@ -10,6 +10,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <math.h>
 #include <stdint.h>
 
 __device__ __forceinline__ float ck_to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -42,6 +43,18 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
     __syncthreads();
     v = lane < n_warp ? scratch[lane] : 0.0f;
     return warp_sum(v);
+}
+
+/* Max over the block, as block_sum. */
+__device__ __forceinline__ float block_max(float v, float *scratch) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warp = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        scratch[warp] = v;
+    __syncthreads();
+    v = lane < n_warp ? scratch[lane] : -INFINITY;
+    return warp_max(v);
 }
 
 /* Calls f.template operator()<T>() with T the element type of dt. */

@@ -192,6 +192,20 @@ __device__ void scan2(Smem &sm, u64 a0, u64 b0, u64 a1, u64 b1, u64 &ea, u64 &eb
     tb = sm.wb[kWarps - 1];
 }
 
+/* Across the warp: the max (lowest id on ties) with its id, and the min. */
+__device__ __forceinline__ void warp_extremes(float &mx, int &ix, float &mn) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float omx = __shfl_xor_sync(0xffffffffu, mx, o);
+        const int oix = __shfl_xor_sync(0xffffffffu, ix, o);
+        mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, o));
+        if (omx > mx || (omx == mx && oix < ix)) {
+            mx = omx;
+            ix = oix;
+        }
+    }
+}
+
 /* Pass 1: max logit (lowest id on ties) and min logit of the row. */
 __device__ void row_extremes(Smem &sm, const float *l, int V, float &lmax, float &lmin,
                              int &amax) {
@@ -206,16 +220,7 @@ __device__ void row_extremes(Smem &sm, const float *l, int V, float &lmax, float
         }
         mn = fminf(mn, v);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float omx = __shfl_xor_sync(0xffffffffu, mx, o);
-        const int oix = __shfl_xor_sync(0xffffffffu, ix, o);
-        mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, o));
-        if (omx > mx || (omx == mx && oix < ix)) {
-            mx = omx;
-            ix = oix;
-        }
-    }
+    warp_extremes(mx, ix, mn);
     __syncthreads();
     if (lane == 0) {
         sm.red_f[warp] = mx;
@@ -227,16 +232,7 @@ __device__ void row_extremes(Smem &sm, const float *l, int V, float &lmax, float
         mx = sm.red_f[lane];
         mn = sm.red_g[lane];
         ix = sm.red_i[lane];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float omx = __shfl_xor_sync(0xffffffffu, mx, o);
-            const int oix = __shfl_xor_sync(0xffffffffu, ix, o);
-            mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, o));
-            if (omx > mx || (omx == mx && oix < ix)) {
-                mx = omx;
-                ix = oix;
-            }
-        }
+        warp_extremes(mx, ix, mn);
         if (lane == 0) {
             sm.red_f[0] = mx;
             sm.red_g[0] = mn;
