@@ -95,4 +95,28 @@ static inline char *test_read_file(const char *path, size_t *len, int required) 
     return b;
 }
 
+/* Readers of the binary fixture files (little-endian u32, LEB128 varint):
+ * the value in *v and the next byte, or NULL past end (or after a NULL p). */
+static inline const uint8_t *test_rd_u32(const uint8_t *p, const uint8_t *end, uint32_t *v) {
+    if (!p || end - p < 4)
+        return NULL;
+    *v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    return p + 4;
+}
+
+static inline const uint8_t *test_rd_varint(const uint8_t *p, const uint8_t *end, uint32_t *v) {
+    uint64_t x = 0;
+    for (int i = 0; p && i < 5; i++) {
+        if (p >= end)
+            return NULL;
+        uint8_t b = *p++;
+        x |= (uint64_t)(b & 0x7F) << (7 * i);
+        if (!(b & 0x80)) {
+            *v = (uint32_t)x;
+            return p;
+        }
+    }
+    return NULL;
+}
+
 #endif

@@ -47,33 +47,11 @@ typedef struct {
 
 /* ---------------------------------------------------------------- fixture file */
 
-static const uint8_t *rd_u32(const uint8_t *p, const uint8_t *end, uint32_t *v) {
-    if (!p || end - p < 4)
-        return NULL;
-    *v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-    return p + 4;
-}
-
 static const uint8_t *rd_u8(const uint8_t *p, const uint8_t *end, uint8_t *v) {
     if (!p || p >= end)
         return NULL;
     *v = *p;
     return p + 1;
-}
-
-static const uint8_t *rd_varint(const uint8_t *p, const uint8_t *end, uint32_t *v) {
-    uint64_t x = 0;
-    for (int i = 0; p && i < 5; i++) {
-        if (p >= end)
-            return NULL;
-        uint8_t b = *p++;
-        x |= (uint64_t)(b & 0x7F) << (7 * i);
-        if (!(b & 0x80)) {
-            *v = (uint32_t)x;
-            return p;
-        }
-    }
-    return NULL;
 }
 
 static void free_cases(case_file *cf) {
@@ -92,9 +70,9 @@ static bool load_cases(const char *path, case_file *cf) {
         return false;
     const uint8_t *p = cf->blob + 4, *end = cf->blob + n;
     uint32_t version = 0;
-    p = rd_u32(p, end, &version);
-    p = rd_u32(p, end, &cf->n_cases);
-    p = rd_u32(p, end, &cf->n_variants);
+    p = test_rd_u32(p, end, &version);
+    p = test_rd_u32(p, end, &cf->n_cases);
+    p = test_rd_u32(p, end, &cf->n_variants);
     if (!p || version != 1 || cf->n_variants == 0 || cf->n_variants > MAX_VARIANTS ||
         cf->n_cases > (uint32_t)n)
         return false;
@@ -111,7 +89,7 @@ static bool load_cases(const char *path, case_file *cf) {
     if (!cf->cases || !cf->case_len)
         return false;
     for (uint32_t i = 0; i < cf->n_cases; i++) {
-        p = rd_u32(p, end, &cf->case_len[i]);
+        p = test_rd_u32(p, end, &cf->case_len[i]);
         if (!p || (size_t)(end - p) < cf->case_len[i])
             return false;
         cf->cases[i] = p;
@@ -131,12 +109,12 @@ static bool load_cases(const char *path, case_file *cf) {
                 p = rd_u8(p, end, &flag);
                 e->has_pieces = flag != 0;
                 if (e->has_pieces) {
-                    p = rd_varint(p, end, &e->n_pieces);
-                    p = rd_u32(p, end, &e->pieces_hash);
+                    p = test_rd_varint(p, end, &e->n_pieces);
+                    p = test_rd_u32(p, end, &e->pieces_hash);
                 }
             }
-            p = rd_varint(p, end, &e->n_ids);
-            p = rd_u32(p, end, &e->ids_hash);
+            p = test_rd_varint(p, end, &e->n_ids);
+            p = test_rd_u32(p, end, &e->ids_hash);
             if (!p)
                 return false;
         }

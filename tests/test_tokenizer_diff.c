@@ -39,28 +39,6 @@ typedef struct {
     uint8_t *blob;
 } case_file;
 
-static const uint8_t *rd_u32(const uint8_t *p, const uint8_t *end, uint32_t *v) {
-    if (!p || end - p < 4)
-        return NULL;
-    *v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-    return p + 4;
-}
-
-static const uint8_t *rd_varint(const uint8_t *p, const uint8_t *end, uint32_t *v) {
-    uint64_t x = 0;
-    for (int i = 0; p && i < 5; i++) {
-        if (p >= end)
-            return NULL;
-        uint8_t b = *p++;
-        x |= (uint64_t)(b & 0x7F) << (7 * i);
-        if (!(b & 0x80)) {
-            *v = (uint32_t)x;
-            return p;
-        }
-    }
-    return NULL;
-}
-
 static bool load_cases(const char *path, case_file *cf) {
     memset(cf, 0, sizeof *cf);
     size_t n = 0;
@@ -70,9 +48,9 @@ static bool load_cases(const char *path, case_file *cf) {
     const uint8_t *p = cf->blob, *end = cf->blob + n;
     if (n < 16 || memcmp(p, "HRTK", 4) != 0)
         return false;
-    p = rd_u32(p + 4, end, &cf->version);
-    p = rd_u32(p, end, &cf->n_cases);
-    p = rd_u32(p, end, &cf->n_variants);
+    p = test_rd_u32(p + 4, end, &cf->version);
+    p = test_rd_u32(p, end, &cf->n_cases);
+    p = test_rd_u32(p, end, &cf->n_variants);
     if (!p || cf->n_variants == 0 || cf->n_variants > 8 || (cf->version != 1 && cf->version != 2))
         return false;
     for (uint32_t v = 0; v < cf->n_variants; v++) {
@@ -85,7 +63,7 @@ static bool load_cases(const char *path, case_file *cf) {
     cf->cases = calloc(cf->n_cases, sizeof *cf->cases);
     cf->case_len = calloc(cf->n_cases, sizeof *cf->case_len);
     for (uint32_t i = 0; i < cf->n_cases; i++) {
-        p = rd_u32(p, end, &cf->case_len[i]);
+        p = test_rd_u32(p, end, &cf->case_len[i]);
         if (!p || (size_t)(end - p) < cf->case_len[i])
             return false;
         cf->cases[i] = (uint8_t *)p;
@@ -96,17 +74,17 @@ static bool load_cases(const char *path, case_file *cf) {
         cf->hash[v] = calloc(cf->n_cases, sizeof(uint32_t));
         cf->ids[v] = calloc(cf->n_cases, sizeof(int32_t *));
         for (uint32_t i = 0; i < cf->n_cases; i++) {
-            p = rd_varint(p, end, &cf->n_ids[v][i]);
+            p = test_rd_varint(p, end, &cf->n_ids[v][i]);
             if (!p)
                 return false;
             if (cf->version == 2) {
-                p = rd_u32(p, end, &cf->hash[v][i]);
+                p = test_rd_u32(p, end, &cf->hash[v][i]);
                 continue;
             }
             cf->ids[v][i] = malloc((cf->n_ids[v][i] + 1) * sizeof(int32_t));
             for (uint32_t k = 0; k < cf->n_ids[v][i]; k++) {
                 uint32_t id;
-                p = rd_varint(p, end, &id);
+                p = test_rd_varint(p, end, &id);
                 if (!p)
                     return false;
                 cf->ids[v][i][k] = (int32_t)id;
