@@ -5,9 +5,10 @@
 #   GEMV/sampling kernels against float64, whole models against the float32
 #   references), then the benchmarks, then transformers on the same shape.
 # Results go to $OUT (JSON lines for bench/results/), a short table last.
-#   scripts/device_check.sh [checks] [bench] [hf] [sweep] [profile]
-#   (default: the first four; profile: GPU time per op at a short and a 32k
-#   context, eager steps, from HEADROOM_CUDA_PROFILE)
+#   scripts/device_check.sh [checks] [bench] [hf] [sweep] [profile] [ablate]
+#   (default: the first four; profile: GPU time per op at a short, a 2k and
+#   a 32k context and a batch of 64, eager steps, from HEADROOM_CUDA_PROFILE;
+#   ablate: batch-1 decode again without programmatic dependent launch)
 set -u
 cd "$(dirname "$0")/.."
 D=$PWD/.dev/device
@@ -42,12 +43,19 @@ if [[ $what == *bench* ]]; then
   $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 --batch 64 2>&1 | tee -a $OUT/bench.jsonl
   $T 120 $B --synthetic llama2-7b --prompt 32768 --gen 64 --ctx 32832 2>&1 | tee -a $OUT/bench.jsonl
 fi
+if [[ $what == *ablate* ]]; then
+  echo "== without programmatic dependent launch"
+  HEADROOM_CUDA_PDL=0 $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 \
+    --graphs on,off 2>&1 | tee $OUT/ablate.jsonl
+fi
 if [[ $what == *profile* ]]; then
   echo "== GPU time per op (graphs off)"
-  for p in 128 32768; do
+  for p in 128 2048 32768; do
     HEADROOM_CUDA_PROFILE=1 $T 120 $B --synthetic llama2-7b --prompt $p --gen 32 \
       --ctx $((p + 64)) --graphs off 2>&1 | grep -E "profile|^\{" | tee -a $OUT/profile.txt
   done
+  HEADROOM_CUDA_PROFILE=1 $T 120 $B --synthetic llama2-7b --prompt 128 --gen 64 --batch 64 \
+    --graphs off 2>&1 | grep -E "profile|^\{" | tee -a $OUT/profile.txt
 fi
 if [[ $what == *sweep* ]]; then
   echo "== planner sweep: planned vs measured device memory"
@@ -58,10 +66,14 @@ if [[ $what == *hf* ]]; then
   $T 150 python3 tools/hf_bench.py --shape llama2-7b --prompt 128 --gen 256 --attn eager,sdpa \
      --headroom-json $OUT/bench.jsonl 2>&1 | grep -v Warning | tee $OUT/hf.txt
 fi
-grep -h '^{' $OUT/bench.jsonl 2>/dev/null | python3 -c '
+for f in bench ablate; do
+  [[ -f $OUT/$f.jsonl ]] || continue
+  echo "-- $f"
+  grep -h '^{' $OUT/$f.jsonl | python3 -c '
 import json, sys
 for l in sys.stdin:
     r = json.loads(l)
     print("%-5s %-5s %-6s b%-3d p%-6d g%-4d ttft %8.2f ms  prefill %9.0f t/s  decode %8.1f t/s" % (
         r["dtype"], r["attn"], r["graphs"], r["batch"], r["prompt"], r["gen"], r["ttft_ms"],
         r["prefill_tok_s"], r["decode_tok_s"]))'
+done

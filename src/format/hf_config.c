@@ -239,7 +239,7 @@ static hr_status read_eos(const cJSON *o, const char *file, int32_t n_vocab, int
     HR_TRY(field(o, "eos_token_id", file, "", &v, err));
     if (!v)
         return HR_OK;
-    int32_t id;
+    int32_t id = 0;
     if (cJSON_IsNumber(v)) {
         HR_TRY(check_id(v->valuedouble, "eos_token_id", file, n_vocab, &id, err));
         return add_eos(id, ids, n, file, err);
@@ -273,7 +273,7 @@ static hr_status read_bos(const cJSON *o, const char *file, int32_t n_vocab, int
 
 static hr_status read_arch(const cJSON *root, const char *file, const hf_arch **out,
                            hr_error *err) {
-    const cJSON *archs;
+    const cJSON *archs = NULL;
     const char *mt;
     HR_TRY(field(root, "architectures", file, "", &archs, err));
     HR_TRY(get_str(root, "model_type", file, "", &mt, err));
@@ -356,7 +356,7 @@ static hr_status read_rope_spec(const cJSON *spec, const char *file, const char 
 
 static hr_status read_rope(const cJSON *root, const char *file, hr_model_info *m,
                            hr_error *err) {
-    const cJSON *params, *scaling;
+    const cJSON *params = NULL, *scaling = NULL;
     HR_TRY(field(root, "rope_parameters", file, "", &params, err));
     HR_TRY(field(root, "rope_scaling", file, "", &scaling, err));
     m->rope_theta = 10000.0f;
@@ -405,7 +405,7 @@ static hr_status check_unsupported(const cJSON *root, const char *file, const hf
                           "%s: 'use_sliding_window' is true; sliding-window layers are not "
                           "supported",
                           file);
-    const cJSON *lt;
+    const cJSON *lt = NULL;
     HR_TRY(field(root, "layer_types", file, "", &lt, err));
     if (lt) {
         if (!cJSON_IsArray(lt))
@@ -422,7 +422,7 @@ static hr_status check_unsupported(const cJSON *root, const char *file, const hf
                                   file, i, e->valuestring);
         }
     }
-    const cJSON *q;
+    const cJSON *q = NULL;
     HR_TRY(field(root, "quantization_config", file, "", &q, err));
     if (q) {
         const cJSON *qm = cJSON_IsObject(q) ? cJSON_GetObjectItemCaseSensitive(q, "quant_method")

@@ -29,16 +29,26 @@
  * a long context is busy) and exits when its split is empty; empty splits
  * write nothing, and the combine skips them by the same rule.
  *
- * Prefill: one block per (query tile, query head), 4 warps of 16 query rows.
- * Per 64-key chunk (gathered through the block table by cp.async, V's copy
- * landing while S is computed) S = Q K^T and O += P V run on mma.sync
- * m16n8k16 (ck inputs, f32 accumulation); S, P and O stay in registers, the
- * accumulator layout of S being the A-operand layout of P. Causal mask per
- * element; chunks above a warp's last row are skipped. One block per query
- * head rather than per kv head: the G heads' tiles would not fit one block,
- * and K/V (a few MB per segment) are read from L2 by the G blocks anyway.
- * Rejected: wmma (its accumulator layout is opaque, so the per-row rescale
- * of O would go through shared memory every chunk).
+ * Prefill: one block per (query tile, query head), 4 warps of 16 query
+ * rows, 2 blocks per SM (Dh 128: about 200 registers, 104 KB of shared
+ * memory). Keys come in 64-key chunks, gathered through the block table by
+ * cp.async into a ring of 3 K/V stages: while chunk j is computed, chunks
+ * j+1 and j+2 are in flight and the table lookups of chunk j+3 are loaded
+ * (stored after the compute), so neither the copies nor the lookups sit on
+ * the critical path; two barriers per chunk. S = Q K^T and O += P V run on
+ * mma.sync m16n8k16 (ck inputs, f32 accumulation): Q's fragments are made
+ * once and stay in registers, K's come from ldmatrix, V's from
+ * ldmatrix.trans; S, P and O stay in registers, the accumulator layout of
+ * S being the A-operand layout of P. The causal mask runs only on chunks
+ * that reach past a warp's first position; chunks above its last row are
+ * skipped. One block per query head rather than per kv head: the G heads'
+ * tiles would not fit one block, and K/V are read from L2 by the G blocks
+ * anyway. Rejected: wmma (its accumulator layout is opaque, so the per-row
+ * rescale of O would go through shared memory every chunk); 3 blocks per
+ * SM (its 168-register cap spills with Q in registers, and with Q in
+ * shared memory double-buffered K/V no longer fit 3 blocks); 128-row
+ * tiles, which would halve the K/V traffic per FLOP (the tile size is the
+ * backend's CK_ATT_TILE).
  *
  * Naive: one block per (row, head): scores of all positions into work
  * (row stride max_blocks * BS floats), block max, exp and sum, weighted V.
@@ -52,7 +62,12 @@
  * Preconditions (the backend's to assert): H % Hkv == 0, Dh <= 256, pools
  * 16-byte aligned, tile_n <= CK_ATT_TILE, pos < max_blocks * BS.
  *
- * Versions: v1 (this file), not yet measured on the H200.
+ * Versions: v1 (first version; prefill 86 TFLOP/s, causal FLOPs, on the
+ * H200 at 2048 rows x 16k keys, Dh 128: no overlap of copies and compute,
+ * Q and K fragments by 32-bit shared loads); prefill v2 (the 3-stage ring,
+ * Q in registers, K by ldmatrix, exp2 on the MUFU alone): H200, one layer
+ * of Llama-2-7B (tests/cuda/attention_check.cu), 2048 rows 265.5 -> 235.5 us
+ * (129.5 -> 146.0 causal TFLOP/s), 512 rows 66.0 -> 34.9 us.
  */
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
@@ -462,31 +477,84 @@ static void decode_dh(cudaStream_t s, const ck_attn_args *a) {
 /* ------------------------------------------------------------ prefill */
 
 #define PRE_WARPS 4
-#define PRE_KC 64 /* keys per chunk */
+#define PRE_KC 64     /* keys per chunk */
+#define PRE_STAGES 3  /* K/V chunk buffers: chunks j + 1, j + 2 land while j is used */
+/* blocks per SM: registers (about 200 at Dh 128 with Q held in them) allow
+ * 2, and so does shared memory (3 stages at Dh 128: 104 KB per block) */
+#define PRE_MIN_BLOCKS 2
 
 static_assert(CK_ATT_TILE == PRE_WARPS * 16, "one m16 row block per warp");
 
-template <typename T, int DH>
-static constexpr size_t prefill_smem_bytes() {
-    return (size_t)(CK_ATT_TILE + 2 * PRE_KC) * (DH + 8) * sizeof(T) /* Q, K, V */
-           + (size_t)PRE_KC * sizeof(int64_t)                        /* row offsets */
-           + (size_t)PRE_WARPS * sizeof(int);                        /* last position per warp */
+/* Four 8x8 b16 matrices: lanes 8i .. 8i+7 give the row addresses of matrix
+ * i, and lane l receives M_i[l/4][2(l%4)], M_i[l/4][2(l%4)+1] in register
+ * i: the B operand of m16n8k16 from a row-major [n][k] array. */
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+
+/* 2^x on the MUFU alone: exp2f adds a range test and two multiplies per
+ * call to keep results below 2^-126 (p that small changes no sum) */
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
 }
 
 template <typename T, int DH>
-__global__ void __launch_bounds__(PRE_WARPS * 32) attn_prefill_kernel(const ck_attn_args a) {
-    constexpr int LDS = DH + 8; /* padded rows: fragment loads conflict-free */
-    constexpr int NV = DH / 8;  /* 16-byte pieces per row */
-    constexpr int KS = DH / 16; /* k steps of Q K^T */
-    constexpr int NT = DH / 8;  /* n tiles of O */
-    constexpr int ST = PRE_KC / 8; /* n tiles of S */
+static constexpr size_t prefill_smem_bytes() {
+    return (size_t)PRE_STAGES * 2 * PRE_KC * (DH + 8) * sizeof(T) /* K, V chunks */
+           + (size_t)PRE_STAGES * PRE_KC * sizeof(int64_t)       /* their row offsets */
+           + (size_t)PRE_WARPS * sizeof(int);                    /* last position per warp */
+}
+
+/* One chunk's K and V rows -> a stage (cp.async; the caller commits). Two
+ * threads per row, taking alternate 16-byte pieces: one offset load per
+ * thread and immediate offsets for the rest, so nothing of the copy stays
+ * live across the compute (the mapping piece = tid + 128 k kept eight
+ * addresses per thread). Each load instruction reads 32 contiguous bytes
+ * of 16 rows, whole sectors. Rows with offset -1 (past the block's last
+ * key) become zeros: their p is 0, and 0 * NaN garbage would spread into O. */
+template <typename T, int DH>
+__device__ __forceinline__ void prefill_copy(T *k_dst, T *v_dst, const T *kp, const T *vp,
+                                             const int64_t *off) {
+    constexpr int NV = DH / 8; /* 16-byte pieces per row */
+    static_assert(PRE_WARPS * 32 == 2 * PRE_KC && NV % 2 == 0, "two threads per row");
+    const int row = (int)threadIdx.x >> 1, c0 = ((int)threadIdx.x & 1) * 8;
+    const int64_t o = off[row];
+    T *dk = k_dst + row * (DH + 8) + c0, *dv = v_dst + row * (DH + 8) + c0;
+    if (o >= 0) {
+        const T *sk = kp + o + c0, *sv = vp + o + c0;
+#pragma unroll
+        for (int c = 0; c < NV / 2; c++) {
+            cp_async16(dk + 16 * c, sk + 16 * c);
+            cp_async16(dv + 16 * c, sv + 16 * c);
+        }
+    } else {
+#pragma unroll
+        for (int c = 0; c < NV / 2; c++) {
+            *reinterpret_cast<uint4 *>(dk + 16 * c) = make_uint4(0, 0, 0, 0);
+            *reinterpret_cast<uint4 *>(dv + 16 * c) = make_uint4(0, 0, 0, 0);
+        }
+    }
+}
+
+template <typename T, int DH>
+__global__ void __launch_bounds__(PRE_WARPS * 32, PRE_MIN_BLOCKS)
+    attn_prefill_kernel(const ck_attn_args a) {
+    constexpr int LDS = DH + 8;       /* padded rows: ldmatrix conflict-free */
+    constexpr int KS = DH / 16;       /* k steps of Q K^T */
+    constexpr int NT = DH / 8;        /* n tiles of O */
+    constexpr int ST = PRE_KC / 8;    /* n tiles of S */
+    constexpr int BUF = PRE_KC * LDS; /* elements of one K or V chunk */
     static_assert(DH % 16 == 0 && NT % 2 == 0, "head size must be a multiple of 16");
     extern __shared__ __align__(16) unsigned char smem[];
-    T *q_s = reinterpret_cast<T *>(smem);      /* [64][LDS] */
-    T *k_s = q_s + CK_ATT_TILE * LDS;          /* [64][LDS] */
-    T *v_s = k_s + PRE_KC * LDS;               /* [64][LDS] */
-    int64_t *off_s = reinterpret_cast<int64_t *>(v_s + PRE_KC * LDS); /* [64] */
-    int *wlast_s = reinterpret_cast<int *>(off_s + PRE_KC);           /* [W] */
+    T *kv_s = reinterpret_cast<T *>(smem); /* [stage][K | V][64][LDS] */
+    int64_t *off_s = reinterpret_cast<int64_t *>(kv_s + PRE_STAGES * 2 * BUF); /* [slot][64] */
+    int *wlast_s = reinterpret_cast<int *>(off_s + PRE_STAGES * PRE_KC);      /* [W] */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gid = lane >> 2, tig = lane & 3; /* mma fragment coordinates */
@@ -499,18 +567,17 @@ __global__ void __launch_bounds__(PRE_WARPS * 32) attn_prefill_kernel(const ck_a
     const int32_t *bt = a.block_tables + (int64_t)seq * a.max_blocks;
     const T *kp = static_cast<const T *>(a.k_pool), *vp = static_cast<const T *>(a.v_pool);
 
-    /* Q tile as ck; rows past n are zeros */
-    for (int i = tid; i < CK_ATT_TILE * DH; i += blockDim.x) {
-        int row = i / DH, d = i % DH;
-        float v = row < n ? a.qkv[(int64_t)(r0 + row) * a.ld_qkv + (int64_t)h * DH + d] : 0.0f;
-        ck_from_f32(&q_s[row * LDS + d], v);
-    }
     /* this lane's two rows (gid, gid + 8 of the warp's 16) and their
-     * positions; -1 masks every key of a row past n */
+     * positions. wlast (-1: no row < n) bounds the warp's chunks. Rows past
+     * n attend to key 0 only (qa, qb = 0): every row of an active warp then
+     * has a visible key in chunk 0, so m is finite from there on and no
+     * -inf - -inf can arise; their output is not stored. */
     const int ra = warp * 16 + gid, rb = ra + 8;
     const int pa = ra < n ? a.row_pos[r0 + ra] : -1;
     const int pb = rb < n ? a.row_pos[r0 + rb] : -1;
     const int wlast = warp_max_int(max(pa, pb));
+    const int qa = max(pa, 0), qb = max(pb, 0);
+    const int wfirst = -warp_max_int(-min(qa, qb)); /* chunks reaching past it need the mask */
     if (lane == 0)
         wlast_s[warp] = wlast;
     __syncthreads();
@@ -519,79 +586,114 @@ __global__ void __launch_bounds__(PRE_WARPS * 32) attn_prefill_kernel(const ck_a
     for (int w = 0; w < PRE_WARPS; w++)
         kv_end = max(kv_end, wlast_s[w] + 1);
 
+    /* prologue: offsets of chunks 0 .. S-1, then chunks 0 .. S-2 in flight,
+     * one cp.async group each (committed even when empty) */
+    if (tid < PRE_KC) {
+#pragma unroll
+        for (int sg = 0; sg < PRE_STAGES; sg++) {
+            const int key = sg * PRE_KC + tid;
+            off_s[sg * PRE_KC + tid] = key < kv_end ? kv_row(a, bt, g, key) : -1;
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int sg = 0; sg < PRE_STAGES - 1; sg++) {
+        if (sg * PRE_KC < kv_end)
+            prefill_copy<T, DH>(kv_s + sg * 2 * BUF, kv_s + sg * 2 * BUF + BUF, kp, vp,
+                                off_s + sg * PRE_KC);
+        cp_async_commit();
+    }
+
+    /* Q fragments (A operand, ck, unscaled as before), held in registers
+     * for the whole kernel: a0..a3 = (row gid, k 2tig..+1), (gid + 8, same),
+     * (gid, k + 8), (gid + 8, k + 8) of each k step; rows past n are 0 */
+    uint32_t qf[KS][4];
+    {
+        const float *qra = a.qkv + (int64_t)(r0 + ra) * a.ld_qkv + (int64_t)h * DH + 2 * tig;
+        const float *qrb = a.qkv + (int64_t)(r0 + rb) * a.ld_qkv + (int64_t)h * DH + 2 * tig;
+        const bool va = ra < n, vb = rb < n;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+            for (int hk = 0; hk < 2; hk++) {
+                const int d = ks * 16 + hk * 8;
+                qf[ks][2 * hk] = ck_pair<T>::pack(va ? qra[d] : 0.0f, va ? qra[d + 1] : 0.0f);
+                qf[ks][2 * hk + 1] = ck_pair<T>::pack(vb ? qrb[d] : 0.0f, vb ? qrb[d + 1] : 0.0f);
+            }
+    }
+
     const float sscale = a.scale * ATT_LOG2E;
+    const int mat = lane >> 3, mrow = lane & 7; /* ldmatrix: this lane's matrix and row */
     float o[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
         o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* m in log2 units */
 
-    for (int c0 = 0; c0 < kv_end; c0 += PRE_KC) {
-        __syncthreads(); /* the previous chunk is consumed */
-        if (tid < PRE_KC)
-            off_s[tid] = c0 + tid < kv_end ? kv_row(a, bt, g, c0 + tid) : -1;
-        __syncthreads();
-        for (int i = tid; i < PRE_KC * NV; i += blockDim.x) {
-            int row = i / NV, c = i % NV;
-            int64_t off = off_s[row];
-            T *dst = k_s + row * LDS + c * 8;
-            if (off >= 0)
-                cp_async16(dst, kp + off + c * 8);
-            else
-                *reinterpret_cast<uint4 *>(dst) = make_uint4(0, 0, 0, 0);
-        }
+    /* Chunk j lives in stage j % S, its offsets in slot j % S. Per step:
+     * put chunk j + S-1 in flight (its stage, that of chunk j - 1, was
+     * released by the barrier ending step j - 1; its offsets were stored
+     * before that barrier), load chunk j + S's offsets (slot j % S: chunk
+     * j's copy read it long ago), wait for chunk j, barrier, compute,
+     * store the offsets (the block-table latency hides behind the
+     * compute), barrier. S + j groups are committed by then, so
+     * wait_group S-1 means exactly "chunk j has landed". */
+    for (int j = 0, c0 = 0; c0 < kv_end; j++, c0 += PRE_KC) {
+        const int st = j % PRE_STAGES, sn = (j + PRE_STAGES - 1) % PRE_STAGES;
+        if (c0 + (PRE_STAGES - 1) * PRE_KC < kv_end) /* block-uniform */
+            prefill_copy<T, DH>(kv_s + sn * 2 * BUF, kv_s + sn * 2 * BUF + BUF, kp, vp,
+                                off_s + sn * PRE_KC);
         cp_async_commit();
-        for (int i = tid; i < PRE_KC * NV; i += blockDim.x) {
-            int row = i / NV, c = i % NV;
-            int64_t off = off_s[row];
-            T *dst = v_s + row * LDS + c * 8;
-            if (off >= 0)
-                cp_async16(dst, vp + off + c * 8);
-            else
-                *reinterpret_cast<uint4 *>(dst) = make_uint4(0, 0, 0, 0);
-        }
-        cp_async_commit();
-        cp_async_wait<1>(); /* K has landed; V may still be in flight */
-        __syncthreads();
+        const int key_ahead = c0 + PRE_STAGES * PRE_KC + tid;
+        const int64_t off_ahead =
+            tid < PRE_KC && key_ahead < kv_end ? kv_row(a, bt, g, key_ahead) : -1;
+        cp_async_wait<PRE_STAGES - 1>(); /* this thread's copies of chunk j */
+        __syncthreads();                 /* everyone's */
 
-        const bool active = c0 <= wlast; /* warp-uniform: a key this warp can see */
-        uint32_t pf[PRE_KC / 16][4];     /* P as the A operand of P V */
-        if (active) {
-            /* S (16 x 64) = Q K^T */
+        const T *k_s = kv_s + st * 2 * BUF, *v_s = k_s + BUF;
+        if (c0 <= wlast) { /* warp-uniform: a key this warp can see */
+            /* S (16 x 64) = Q K^T; one ldmatrix gives the B fragments of
+             * two n tiles: matrices (keys 0-7 | 8-15) x (k 0-7 | 8-15) */
             float sacc[ST][4];
 #pragma unroll
             for (int nt = 0; nt < ST; nt++)
                 sacc[nt][0] = sacc[nt][1] = sacc[nt][2] = sacc[nt][3] = 0.0f;
 #pragma unroll
-            for (int ks = 0; ks < KS; ks++) {
-                const T *qr = q_s + ra * LDS + ks * 16 + 2 * tig;
-                uint32_t af[4] = {lds32(qr), lds32(qr + 8 * LDS), lds32(qr + 8),
-                                  lds32(qr + 8 * LDS + 8)};
+            for (int ks = 0; ks < KS; ks++)
 #pragma unroll
-                for (int nt = 0; nt < ST; nt++) {
-                    const T *kr = k_s + (nt * 8 + gid) * LDS + ks * 16 + 2 * tig;
-                    ck_pair<T>::mma(sacc[nt], af, lds32(kr), lds32(kr + 8));
+                for (int np = 0; np < ST / 2; np++) {
+                    uint32_t b[4];
+                    ldsm_x4(b, k_s + (np * 16 + (mat >> 1) * 8 + mrow) * LDS + ks * 16 +
+                                   (mat & 1) * 8);
+                    ck_pair<T>::mma(sacc[2 * np], qf[ks], b[0], b[1]);
+                    ck_pair<T>::mma(sacc[2 * np + 1], qf[ks], b[2], b[3]);
                 }
+            /* causal mask (only when a key of the chunk can pass a row's
+             * position), then the row max of the raw scores over the 4
+             * lanes of a row */
+            if (c0 + PRE_KC - 1 > wfirst) {
+#pragma unroll
+                for (int nt = 0; nt < ST; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int key = c0 + nt * 8 + 2 * tig + (e & 1);
+                        if (key > (e < 2 ? qa : qb))
+                            sacc[nt][e] = -INFINITY;
+                    }
             }
-            /* causal mask, log2 units, row max over the 4 lanes of a row */
             float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
             for (int nt = 0; nt < ST; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int key = c0 + nt * 8 + 2 * tig + (e & 1);
-                    int qpos = e < 2 ? pa : pb;
-                    float s = key <= qpos ? sacc[nt][e] * sscale : -INFINITY;
-                    sacc[nt][e] = s;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], s);
-                }
+                for (int e = 0; e < 4; e++)
+                    mx[e >> 1] = fmaxf(mx[e >> 1], sacc[nt][e]);
 #pragma unroll
             for (int hr = 0; hr < 2; hr++) {
                 mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
                 mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-                float mn = fmaxf(m[hr], mx[hr]);
-                /* a row with no visible key yet keeps m = -inf: scale 1, p 0 */
-                float alpha = mn == -INFINITY ? 1.0f : exp2f(m[hr] - mn);
+                /* mn is finite (see qa); on chunk 0 alpha = exp2(-inf) = 0 */
+                const float mn = fmaxf(m[hr], mx[hr] * sscale);
+                const float alpha = ex2_ftz(m[hr] - mn);
                 m[hr] = mn;
                 l[hr] *= alpha;
 #pragma unroll
@@ -600,17 +702,19 @@ __global__ void __launch_bounds__(PRE_WARPS * 32) attn_prefill_kernel(const ck_a
                     o[nt][2 * hr + 1] *= alpha;
                 }
             }
+            /* p = exp2(s scale - m) in one FMA; masked scores give 0 */
 #pragma unroll
             for (int nt = 0; nt < ST; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    int hr = e >> 1;
-                    float p = m[hr] == -INFINITY ? 0.0f : exp2f(sacc[nt][e] - m[hr]);
+                    const int hr = e >> 1;
+                    const float p = ex2_ftz(fmaf(sacc[nt][e], sscale, -m[hr]));
                     l[hr] += p; /* lane partial; the 4 lanes of a row are summed at the end */
                     sacc[nt][e] = p;
                 }
             /* accumulator (row g / g+8, cols 2t, 2t+1 of n tile nt) -> A
              * operand (k step kk = n tiles 2kk and 2kk+1) */
+            uint32_t pf[PRE_KC / 16][4];
 #pragma unroll
             for (int kk = 0; kk < PRE_KC / 16; kk++) {
                 pf[kk][0] = ck_pair<T>::pack(sacc[2 * kk][0], sacc[2 * kk][1]);
@@ -618,14 +722,9 @@ __global__ void __launch_bounds__(PRE_WARPS * 32) attn_prefill_kernel(const ck_a
                 pf[kk][2] = ck_pair<T>::pack(sacc[2 * kk + 1][0], sacc[2 * kk + 1][1]);
                 pf[kk][3] = ck_pair<T>::pack(sacc[2 * kk + 1][2], sacc[2 * kk + 1][3]);
             }
-        }
-        cp_async_wait<0>();
-        __syncthreads();
-        if (active) {
             /* O (16 x DH) += P (16 x 64) V (64 x DH); ldmatrix.trans gives
              * the B fragments of two n tiles: matrices (k 0-7 | 8-15) x
              * (n 0-7 | 8-15) of the 16 x 16 block */
-            const int mat = lane >> 3, mrow = lane & 7;
 #pragma unroll
             for (int kk = 0; kk < PRE_KC / 16; kk++)
 #pragma unroll
@@ -637,6 +736,9 @@ __global__ void __launch_bounds__(PRE_WARPS * 32) attn_prefill_kernel(const ck_a
                     ck_pair<T>::mma(o[2 * np + 1], pf[kk], b[2], b[3]);
                 }
         }
+        if (tid < PRE_KC)
+            off_s[st * PRE_KC + tid] = off_ahead;
+        __syncthreads(); /* stage st consumed; chunk j + S's offsets stored */
     }
 
     /* normalise and store rows < n */
@@ -661,8 +763,15 @@ __global__ void __launch_bounds__(PRE_WARPS * 32) attn_prefill_kernel(const ck_a
 template <typename T, int DH>
 static void prefill_launch(cudaStream_t s, const ck_attn_args *a) {
     const size_t smem = prefill_smem_bytes<T, DH>();
+    /* above 48 KB a kernel must opt in; the carveout asks for the largest
+     * shared memory share of L1 so PRE_MIN_BLOCKS blocks fit an SM (the
+     * kernel does not rely on L1). Not stream operations: legal during
+     * graph capture; a failure shows in the caller's cudaGetLastError */
     (void)cudaFuncSetAttribute(attn_prefill_kernel<T, DH>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    (void)cudaFuncSetAttribute(attn_prefill_kernel<T, DH>,
+                               cudaFuncAttributePreferredSharedMemoryCarveout,
+                               (int)cudaSharedmemCarveoutMaxShared);
     attn_prefill_kernel<T, DH><<<(unsigned)(a->n_tiles * a->H), PRE_WARPS * 32, smem, s>>>(*a);
 }
 

@@ -27,6 +27,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -921,6 +922,10 @@ hr_status backend_cuda_create(const hr_model_info *info, const be_params *p, hr_
     }
     if ((s = cuda_profile_create(&c->prof, err)) != HR_OK)
         goto fail;
+    /* HEADROOM_CUDA_PDL=0 turns programmatic dependent launch off, to
+     * measure what it gains (a process-wide switch: kernels read it at launch) */
+    const char *pdl = getenv("HEADROOM_CUDA_PDL");
+    ck_set_pdl(!(pdl && strcmp(pdl, "0") == 0));
     if (p->arena_bytes > 0) {
         e = cudaMalloc((void **)&c->arena, p->arena_bytes);
         if (e != cudaSuccess) {

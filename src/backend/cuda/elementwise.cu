@@ -6,9 +6,16 @@
  */
 #include "backend/cuda/common.cuh"
 
+static int pdl_enabled = 1;
+
+extern "C" void ck_set_pdl(int on) { pdl_enabled = on != 0; }
+extern "C" int ck_pdl_on(void) { return pdl_enabled; }
+
 template <typename T>
 __global__ void embed_kernel(float *x, int64_t ldx, const T *table, const int32_t *tokens, int n,
                              int D) {
+    pdl_wait();
+    pdl_release();
     int64_t total = (int64_t)n * D;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -21,11 +28,14 @@ extern "C" void ck_embed(cudaStream_t s, float *x, int64_t ldx, const void *tabl
                          const int32_t *tokens, int n, int D) {
     unsigned blocks = ck_blocks((int64_t)n * D, 256);
     blocks = blocks > 4096 ? 4096 : blocks;
-    CK_DISPATCH(dt, embed_kernel<T><<<blocks, 256, 0, s>>>(x, ldx, (const T *)table, tokens, n, D));
+    CK_DISPATCH(dt, ck_launch(s, blocks, 256, 0, embed_kernel<T>, x, ldx, (const T *)table, tokens,
+                              n, D));
 }
 
 template <typename T>
 __global__ void swiglu_kernel(T *h, int64_t ldh, const float *gu, int64_t ldgu, int n, int F) {
+    pdl_wait();
+    pdl_release();
     int64_t total = (int64_t)n * F;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -39,12 +49,14 @@ extern "C" void ck_swiglu(cudaStream_t s, void *h, int64_t ldh, ck_dtype dt, con
                           int64_t ldgu, int n, int F) {
     unsigned blocks = ck_blocks((int64_t)n * F, 256);
     blocks = blocks > 8192 ? 8192 : blocks;
-    CK_DISPATCH(dt, swiglu_kernel<T><<<blocks, 256, 0, s>>>((T *)h, ldh, gu, ldgu, n, F));
+    CK_DISPATCH(dt, ck_launch(s, blocks, 256, 0, swiglu_kernel<T>, (T *)h, ldh, gu, ldgu, n, F));
 }
 
 template <typename T>
 __global__ void gather_kernel(T *y, int64_t ldy, const T *x, int64_t ldx, const int32_t *rows,
                               int n, int D) {
+    pdl_wait();
+    pdl_release();
     int64_t total = (int64_t)n * D;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -57,8 +69,8 @@ extern "C" void ck_gather(cudaStream_t s, void *y, int64_t ldy, const void *x, i
                           ck_dtype dt, const int32_t *rows, int n_out, int D) {
     unsigned blocks = ck_blocks((int64_t)n_out * D, 256);
     blocks = blocks > 4096 ? 4096 : blocks;
-    CK_DISPATCH(dt, gather_kernel<T><<<blocks, 256, 0, s>>>((T *)y, ldy, (const T *)x, ldx, rows,
-                                                            n_out, D));
+    CK_DISPATCH(dt, ck_launch(s, blocks, 256, 0, gather_kernel<T>, (T *)y, ldy, (const T *)x, ldx,
+                              rows, n_out, D));
 }
 
 __global__ void add_bias_kernel(float *y, int64_t ldy, const float *bias, int n, int N) {

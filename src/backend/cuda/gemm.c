@@ -9,6 +9,11 @@
  * heuristic's choice for each shape is cached with its descriptors: the
  * first step of a shape pays for the query, and a decode step captured in a
  * CUDA graph makes no host-side cuBLAS decision at replay.
+ * Rejected: timing the heuristic's top 8 on the first product of a shape
+ * and keeping the fastest (H200, 2026-11-29): prefill of 2048 rows +2%
+ * (within run-to-run noise), 64-sequence decode -8% (the repeated runs
+ * found the weights in L2, which favours the wrong algorithm for skinny
+ * products that stream them from HBM).
  */
 #include "backend/cuda/cuda_gemm.h"
 

@@ -16,21 +16,32 @@
  * 16-bit floats are exact in f32); lanes combine with a butterfly of shuffles.
  * Rows past N are clamped to N - 1 for loading and not stored, so any N works.
  *
+ * Before waiting for the previous kernel (programmatic dependent launch,
+ * common.cuh) each warp asks L2 for the first rounds of its rows: weights
+ * depend on no kernel, so their first bytes arrive during the previous
+ * kernel's tail.
+ *
  * Rejected: staging x in shared memory (n K f32 reaches 352 KB at n = 8,
  * K = 11008, beyond the 48 KB a launch gets without an attribute call that
  * graph capture may not allow); split-K across warps (a second reduction and
  * a barrier per row for nothing at these sizes); one launch per activation
- * row (reads W n times).
+ * row (reads W n times); a block-contiguous order (a block owns 16 rows and
+ * its 8 warps walk that one stretch in 512-byte pieces, 4 KB of consecutive
+ * addresses at a time instead of 16 row streams): slower at every shape on
+ * the H200 (2026-11-29, single launch, n = 1: 4096x4096 2.15 vs 2.45 TB/s,
+ * 11008x4096 2.82 vs 3.52, 4096x11008 2.82 vs 3.31), so DRAM locality is
+ * not what holds the row-per-warp order at ~3.5 TB/s.
  *
  * The aligned path needs K % 8 == 0, W, x 16-byte aligned and ldx % 8 == 0;
  * otherwise the same kernel runs with 2-byte loads (slow, but correct for any
  * K and alignment). n > 8 is split into launches of 8 rows.
  *
- * History: v1 (this), (RPW, U) chosen per n; tests/cuda/gemv_sample_check.cu
- * times the variants on the device (H200 targets: 4.3 TB/s copy, 4.57 TB/s
- * streaming read; warp-per-row 3.1, 2 rows x 4 loads 3.4 TB/s).
+ * History: v1, (RPW, U) = (2, 2) for every n; v2 (this) adds the L2
+ * prefetch before pdl_wait. tests/cuda/gemv_sample_check.cu times the
+ * variants on the device (H200 targets: 4.3 TB/s copy, 4.57 TB/s streaming
+ * read; 2 rows x 2 loads: 2.45-3.75 TB/s single launch, by shape).
  */
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/common.cuh"
 
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -39,6 +50,10 @@ namespace {
 
 constexpr int kGemvThreads = 256; /* 8 warps: small blocks keep the last wave short */
 constexpr int kGemvWarps = kGemvThreads / 32;
+/* rounds of each row asked into L2 before pdl_wait: 2 rounds of the
+ * production shape are 2 KB a row, ~8 MB over a resident grid, about what
+ * HBM delivers during the previous kernel's tail */
+constexpr int kPrefetchRounds = 2;
 
 struct Bf16Tag {};
 struct F16Tag {};
@@ -70,6 +85,10 @@ __device__ __forceinline__ uint4 load_stream16(const uint16_t *p) {
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
         : "l"(p));
     return v;
+}
+
+__device__ __forceinline__ void prefetch_l2(const uint16_t *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 /* Activations: reused by every warp of the SM, keep them in L1. */
@@ -110,6 +129,20 @@ __global__ void __launch_bounds__(kGemvThreads)
         wrow[r] = W + row * (int64_t)K;
     }
     const int n_chunk = (K + 7) / 8; /* 16-byte chunks per row */
+    /* the weights are written by no kernel: fetch the first rounds while
+     * the kernel before (which writes x) finishes */
+    if (VEC) {
+#pragma unroll
+        for (int u = 0; u < kPrefetchRounds * U; u++) {
+            const int c = u * 32 + lane;
+#pragma unroll
+            for (int r = 0; r < RPW; r++)
+                if (c < n_chunk)
+                    prefetch_l2(wrow[r] + (int64_t)c * 8);
+        }
+    }
+    pdl_wait();
+    pdl_release();
 
     float acc[RPW][NX];
 #pragma unroll
@@ -195,8 +228,8 @@ template <class T, int NX, int RPW, int U, bool VEC>
 void gemv_launch_cfg(cudaStream_t s, const GemvArgs &a) {
     const int64_t rows_per_block = (int64_t)RPW * kGemvWarps;
     const int64_t n_block = ((int64_t)a.N + rows_per_block - 1) / rows_per_block;
-    gemv_kernel<T, NX, RPW, U, VEC>
-        <<<(unsigned)n_block, kGemvThreads, 0, s>>>(a.y, a.ldy, a.x, a.ldx, a.W, a.bias, a.N, a.K);
+    ck_launch(s, (unsigned)n_block, kGemvThreads, 0, gemv_kernel<T, NX, RPW, U, VEC>, a.y, a.ldy,
+              a.x, a.ldx, a.W, a.bias, a.N, a.K);
 }
 
 /* Production choice: 2 rows per warp, 2 chunks per row in flight. Measured

@@ -29,6 +29,12 @@ extern "C" {
 
 typedef enum { CK_BF16 = 0, CK_F16 = 1 } ck_dtype;
 
+/* 1 (default): the decode-path kernels start as programmatic dependents of
+ * the previous kernel (overlapping its tail, see common.cuh); 0: ordinary
+ * launches (HEADROOM_CUDA_PDL=0, to measure the difference). */
+void ck_set_pdl(int on);
+int ck_pdl_on(void);
+
 /* ---- elementwise and row ops (elementwise.cu, rmsnorm.cu, rope.cu, kv_store.cu) */
 
 /* x (n, D) f32 = table rows tokens[i]; table (V, D) ck */

@@ -9,6 +9,8 @@
 template <typename T>
 __global__ void kv_store_kernel(const float *qkv, int64_t ld, T *k_pool, T *v_pool,
                                 const int32_t *slot, int n, int H, int Hkv, int Dh, int BS) {
+    pdl_wait();
+    pdl_release();
     const int64_t per_row = (int64_t)Hkv * Dh;
     const int64_t total = (int64_t)n * per_row;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
@@ -32,6 +34,6 @@ extern "C" void ck_kv_store(cudaStream_t s, const float *qkv, int64_t ld, void *
         return;
     unsigned blocks = ck_blocks(total, 256);
     blocks = blocks > 8192 ? 8192 : blocks;
-    CK_DISPATCH(dt, kv_store_kernel<T><<<blocks, 256, 0, s>>>(qkv, ld, (T *)k_pool, (T *)v_pool,
-                                                              slot, n, H, Hkv, Dh, BS));
+    CK_DISPATCH(dt, ck_launch(s, blocks, 256, 0, kv_store_kernel<T>, qkv, ld, (T *)k_pool,
+                              (T *)v_pool, slot, n, H, Hkv, Dh, BS));
 }

@@ -15,6 +15,8 @@ __global__ void __launch_bounds__(NORM_THREADS)
     add_rmsnorm_kernel(float *x, int64_t ldx, const float *dx, int64_t lddx, T *y, int64_t ldy,
                        const float *w, float eps, int D) {
     __shared__ float scratch[32];
+    pdl_wait();
+    pdl_release();
     const int64_t r = blockIdx.x;
     float *xr = x + r * ldx;
     const float *dr = dx ? dx + r * lddx : nullptr;
@@ -60,6 +62,6 @@ extern "C" void ck_add_rmsnorm(cudaStream_t s, float *x, int64_t ldx, const floa
                                float eps, int n, int D) {
     if (n <= 0)
         return;
-    CK_DISPATCH(dt, add_rmsnorm_kernel<T><<<n, NORM_THREADS, 0, s>>>(x, ldx, dx, lddx, (T *)y,
-                                                                     ldy, w, eps, D));
+    CK_DISPATCH(dt, ck_launch(s, (unsigned)n, NORM_THREADS, 0, add_rmsnorm_kernel<T>, x, ldx, dx,
+                              lddx, (T *)y, ldy, w, eps, D));
 }

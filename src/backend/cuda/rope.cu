@@ -10,6 +10,8 @@
 
 __global__ void rope_kernel(float *qkv, int64_t ld, const int32_t *pos, const float *inv_freq,
                             int neox, int n, int n_heads, int Dh) {
+    pdl_wait();
+    pdl_release();
     const int half = Dh / 2;
     const int64_t total = (int64_t)n * n_heads * half;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
@@ -35,5 +37,5 @@ extern "C" void ck_rope(cudaStream_t s, float *qkv, int64_t ld, const int32_t *p
         return;
     unsigned blocks = ck_blocks(total, 256);
     blocks = blocks > 8192 ? 8192 : blocks;
-    rope_kernel<<<blocks, 256, 0, s>>>(qkv, ld, pos, inv_freq, neox, n, H + Hkv, Dh);
+    ck_launch(s, blocks, 256, 0, rope_kernel, qkv, ld, pos, inv_freq, neox, n, H + Hkv, Dh);
 }
