@@ -133,6 +133,17 @@ template <int n> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(n) : "memory");
 }
 
+/* Four 8x8 b16 matrices: lanes 8i .. 8i+7 give the row addresses of matrix
+ * i, and lane l receives M_i[l/4][2(l%4)], M_i[l/4][2(l%4)+1] in register
+ * i: the B operand of m16n8k16 from a row-major [n][k] array. */
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+
 /* Four 8x8 b16 matrices, transposed: lanes 8i .. 8i+7 give the row addresses
  * of matrix i, and lane l receives M_i[2(l%4)][l/4], M_i[2(l%4)+1][l/4] in
  * register i: the B operand of m16n8k16 from a row-major [k][n] array. */
@@ -484,17 +495,6 @@ static void decode_dh(cudaStream_t s, const ck_attn_args *a) {
 #define PRE_MIN_BLOCKS 2
 
 static_assert(CK_ATT_TILE == PRE_WARPS * 16, "one m16 row block per warp");
-
-/* Four 8x8 b16 matrices: lanes 8i .. 8i+7 give the row addresses of matrix
- * i, and lane l receives M_i[l/4][2(l%4)], M_i[l/4][2(l%4)+1] in register
- * i: the B operand of m16n8k16 from a row-major [n][k] array. */
-__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *p) {
-    unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a)
-                 : "memory");
-}
 
 /* 2^x on the MUFU alone: exp2f adds a range test and two multiplies per
  * call to keep results below 2^-126 (p that small changes no sum) */
