@@ -686,9 +686,9 @@ static void cuda_attention(hr_backend *b, int32_t layer, be_tensor *out, const b
                       .tile_row0 = meta(c, c->o_trow),
                       .tile_n = meta(c, c->o_tn),
                       .n_tiles = c->n_tiles};
-    /* the flash kernels exist for the common head sizes; others take the
-     * plain kernel, whose workspace kv_init reserved for that case */
-    if (c->p.attn_naive || !sizes_cuda_flash_dh(in->head_dim)) {
+    /* head sizes without a flash instance fall back to the plain kernel
+     * inside ck_attention_decode/prefill (its workspace: kv_init) */
+    if (c->p.attn_naive) {
         ck_attention_naive(c->stream, &a);
     } else {
         if (c->n_dec > 0)

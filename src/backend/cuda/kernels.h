@@ -109,8 +109,10 @@ typedef struct {
 
 #define CK_ATT_TILE 64
 
-/* Dh in {64, 80, 96, 128} for the flash kernels; the naive kernel takes any
- * Dh <= 256 (it is the simple, obviously correct one: --attn naive). */
+/* Flash kernels exist for Dh in {64, 80, 96, 128}; for any other Dh <= 256
+ * decode and prefill run the naive kernel over their rows (its work must
+ * then be sized as below). The naive kernel is the simple, obviously
+ * correct one (--attn naive). */
 void ck_attention_decode(cudaStream_t s, const ck_attn_args *a);  /* rows in dec_rows */
 void ck_attention_prefill(cudaStream_t s, const ck_attn_args *a); /* rows in the tiles */
 void ck_attention_naive(cudaStream_t s, const ck_attn_args *a);   /* every row 0 .. n_rows-1;
