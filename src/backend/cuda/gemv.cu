@@ -30,7 +30,14 @@
  * addresses at a time instead of 16 row streams): slower at every shape on
  * the H200 (2026-11-29, single launch, n = 1: 4096x4096 2.15 vs 2.45 TB/s,
  * 11008x4096 2.82 vs 3.52, 4096x11008 2.82 vs 3.31), so DRAM locality is
- * not what holds the row-per-warp order at ~3.5 TB/s.
+ * not what holds the row-per-warp order at ~3.5 TB/s; nor is a lack of bytes
+ * in flight: the same order with each lane's chunks landing in a private
+ * ring of S shared-memory stages by cp.async (no register cost, output
+ * bit-identical) measured, single launch, n = 1, TB/s (prod / S=4 / S=8 /
+ * S=12): 4096x4096 2.42 / 2.47 / 2.32 / 2.20, 11008x4096 3.50 / 3.57 /
+ * 2.92 / 2.80, 4096x11008 3.30 / 3.07 / 2.97 / 2.85, 32000x4096 3.73 /
+ * 4.00 / 3.84 / 3.76 — deeper rings are slower everywhere, and S=4 wins
+ * only on the tall shapes (H200, 2026-11-29).
  *
  * The aligned path needs K % 8 == 0, W, x 16-byte aligned and ldx % 8 == 0;
  * otherwise the same kernel runs with 2-byte loads (slow, but correct for any
