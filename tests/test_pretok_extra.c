@@ -20,6 +20,7 @@
  */
 #include "headroom.h"
 #include "test.h"
+#include "test_tok.h"
 
 #include "format/gguf.h"
 #include "tokenizer/tok_impl.h"
@@ -122,73 +123,16 @@ static bool load_cases(const char *path, case_file *cf) {
     return p == end;
 }
 
-/* FNV-1a over little-endian u32s, as tests/tokenizer_diff.py's ids_hash. */
-static uint32_t hash_u32s(const uint32_t *x, size_t n) {
-    uint32_t h = 0x811C9DC5u;
-    for (size_t i = 0; i < n; i++)
-        for (int b = 0; b < 4; b++) {
-            h ^= (x[i] >> (8 * b)) & 0xFF;
-            h *= 0x01000193u;
-        }
-    return h;
-}
-
-static void print_case(const uint8_t *s, uint32_t n) {
-    fputc('"', stderr);
-    for (uint32_t i = 0; i < n; i++) {
-        if (s[i] >= 0x20 && s[i] < 0x7F && s[i] != '"' && s[i] != '\\')
-            fputc(s[i], stderr);
-        else
-            fprintf(stderr, "\\x%02x", s[i]);
-    }
-    fputc('"', stderr);
-}
-
 /* ---------------------------------------------------------------- variants */
-
-static cJSON *parse_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    cJSON *root = NULL;
-    if (text && fread(text, 1, (size_t)n, f) == (size_t)n) {
-        text[n] = '\0';
-        root = cJSON_Parse(text);
-    }
-    free(text);
-    fclose(f);
-    return root;
-}
 
 /* GPT-2 as tokenizer.json: the hf/gpt2 template (added <|endoftext|>,
  * ByteLevel decoder) with the GGUF's vocab and merges. */
 static cJSON *gpt2_json(const gguf_file *g) {
-    cJSON *root = parse_file(TEST_PATH("tests/fixtures/tokenizers/hf/gpt2.template.json"));
-    cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    const gguf_kv *toks = gguf_find(g, "tokenizer.ggml.tokens");
-    const gguf_kv *merges = gguf_find(g, "tokenizer.ggml.merges");
-    if (!model || !toks || !merges || !toks->arr_str || !merges->arr_str) {
+    cJSON *root = test_parse_json_file(TEST_PATH("tests/fixtures/tokenizers/hf/gpt2.template.json"));
+    if (!test_bpe_from_gguf(cJSON_GetObjectItemCaseSensitive(root, "model"), g, false)) {
         cJSON_Delete(root);
         return NULL;
     }
-    cJSON *vocab = cJSON_CreateObject();
-    for (uint64_t i = 0; i < toks->arr_n; i++) {
-        char *s = strndup(toks->arr_str[i].ptr, (size_t)toks->arr_str[i].len);
-        cJSON_AddItemToObject(vocab, s, cJSON_CreateNumber((double)i));
-        free(s);
-    }
-    cJSON *ml = cJSON_CreateArray();
-    for (uint64_t i = 0; i < merges->arr_n; i++) {
-        char *s = strndup(merges->arr_str[i].ptr, (size_t)merges->arr_str[i].len);
-        cJSON_AddItemToArray(ml, cJSON_CreateString(s));
-        free(s);
-    }
-    cJSON_ReplaceItemInObjectCaseSensitive(model, "vocab", vocab);
-    cJSON_ReplaceItemInObjectCaseSensitive(model, "merges", ml);
     return root;
 }
 
@@ -197,7 +141,7 @@ static bool build_variant(const char *name, const cJSON *llama2, const cJSON *gp
                           size_t cap) {
     char path[1024];
     snprintf(path, sizeof path, "%s/tests/data/pretok/%s.template.json", HR_SOURCE_DIR, name);
-    cJSON *tmpl = parse_file(path);
+    cJSON *tmpl = test_parse_json_file(path);
     const char *base = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(tmpl, "base"));
     const cJSON *from = base && strcmp(base, "llama2") == 0 ? llama2
                         : base && strcmp(base, "gpt2") == 0 ? gpt2
@@ -210,14 +154,9 @@ static bool build_variant(const char *name, const cJSON *llama2, const cJSON *gp
     cJSON_Delete(tmpl);
     if (!root)
         return false;
-    char *json = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
     snprintf(out, cap, "%s/pretok_%s.json", HR_BINARY_DIR, name);
-    FILE *f = fopen(out, "wb");
-    bool ok = f && json && fwrite(json, 1, strlen(json), f) == strlen(json);
-    if (f)
-        fclose(f);
-    free(json);
+    bool ok = test_write_json(root, out);
+    cJSON_Delete(root);
     return ok;
 }
 
@@ -244,7 +183,7 @@ static void compare_variant(const case_file *cf, uint32_t v, const hr_tokenizer 
                 offs[2 * k] = (uint32_t)pc->sp[k].off;
                 offs[2 * k + 1] = (uint32_t)(pc->sp[k].off + pc->sp[k].len);
             }
-            pieces_ok = pieces_ok && hash_u32s(offs, 2 * pc->n) == e->pieces_hash;
+            pieces_ok = pieces_ok && test_fnv1a_u32(offs, 2 * pc->n) == e->pieces_hash;
             n_got = st == HR_OK ? pc->n : 0;
             tok_ctx_free(&c);
             n_pieces++;
@@ -253,11 +192,11 @@ static void compare_variant(const case_file *cf, uint32_t v, const hr_tokenizer 
         hr_status st =
             hr_tokenize(tok, text, len, &tp, ids, sizeof ids / sizeof ids[0], &n, &err);
         bool ids_ok = st == HR_OK && n == e->n_ids &&
-                      hash_u32s((const uint32_t *)ids, n) == e->ids_hash;
+                      test_fnv1a_u32(ids, n) == e->ids_hash;
         n_ok += ids_ok;
         if ((!ids_ok || !pieces_ok) && n_shown++ < 6) {
             fprintf(stderr, "%s case %u ", cf->names[v], i);
-            print_case(cf->cases[i], cf->case_len[i]);
+            test_print_bytes(cf->cases[i], cf->case_len[i]);
             if (!pieces_ok)
                 fprintf(stderr, "\n  pieces: want %u, got %zu (offsets differ?)", e->n_pieces,
                         n_got);
@@ -283,7 +222,7 @@ static void differential(void) {
     CHECK_MSG(ok, "cannot read tests/data/pretok/cases.bin");
     hr_error err = {0};
     gguf_file *g = NULL;
-    cJSON *llama2 = parse_file(TEST_PATH("tests/fixtures/tokenizers/llama2/tokenizer.json"));
+    cJSON *llama2 = test_parse_json_file(TEST_PATH("tests/fixtures/tokenizers/llama2/tokenizer.json"));
     CHECK_MSG(llama2 != NULL, "cannot read the llama2 tokenizer.json fixture");
     CHECK_OK(gguf_open(TEST_PATH("tests/data/tokenizer-vectors/ggml-vocab-gpt-2.gguf"), &g, &err),
              &err);

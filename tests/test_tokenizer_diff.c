@@ -21,6 +21,7 @@
  */
 #include "headroom.h"
 #include "test.h"
+#include "test_tok.h"
 
 #include "format/gguf.h"
 
@@ -107,27 +108,6 @@ static void free_cases(case_file *cf) {
     free(cf->blob);
 }
 
-static uint32_t ids_hash(const int32_t *ids, size_t n) {
-    uint32_t h = 0x811C9DC5u;
-    for (size_t i = 0; i < n; i++)
-        for (int b = 0; b < 4; b++) {
-            h ^= ((uint32_t)ids[i] >> (8 * b)) & 0xFF;
-            h *= 0x01000193u;
-        }
-    return h;
-}
-
-static void print_case(const uint8_t *s, uint32_t n) {
-    fputc('"', stderr);
-    for (uint32_t i = 0; i < n; i++) {
-        if (s[i] >= 0x20 && s[i] < 0x7F && s[i] != '"' && s[i] != '\\')
-            fputc(s[i], stderr);
-        else
-            fprintf(stderr, "\\x%02x", s[i]);
-    }
-    fputc('"', stderr);
-}
-
 /* Tokenizes every case with tok and compares with variant v. */
 static void compare(const char *what, const hr_tokenizer *tok, const case_file *cf, uint32_t v,
                     const hr_tokenize_params *tp) {
@@ -140,7 +120,7 @@ static void compare(const char *what, const hr_tokenizer *tok, const case_file *
                                    sizeof ids / sizeof ids[0], &n, &err);
         bool ok = st == HR_OK && n == cf->n_ids[v][i];
         if (ok && cf->version == 2)
-            ok = ids_hash(ids, n) == cf->hash[v][i];
+            ok = test_fnv1a_u32(ids, n) == cf->hash[v][i];
         else if (ok)
             ok = memcmp(ids, cf->ids[v][i], n * sizeof *ids) == 0;
         if (ok) {
@@ -149,7 +129,7 @@ static void compare(const char *what, const hr_tokenizer *tok, const case_file *
         }
         if (n_shown++ < 8) {
             fprintf(stderr, "%s case %u ", what, i);
-            print_case(cf->cases[i], cf->case_len[i]);
+            test_print_bytes(cf->cases[i], cf->case_len[i]);
             fprintf(stderr, "\n  want %u ids", cf->n_ids[v][i]);
             if (cf->version == 1)
                 for (uint32_t k = 0; k < cf->n_ids[v][i]; k++)
@@ -166,24 +146,6 @@ static void compare(const char *what, const hr_tokenizer *tok, const case_file *
     CHECK_MSG(n_ok == (int)cf->n_cases, "%s: %u mismatches", what, cf->n_cases - (uint32_t)n_ok);
 }
 
-static cJSON *parse_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)n + 1);
-    cJSON *root = NULL;
-    if (text && fread(text, 1, (size_t)n, f) == (size_t)n) {
-        text[n] = '\0';
-        root = cJSON_Parse(text);
-    }
-    free(text);
-    fclose(f);
-    return root;
-}
-
 /* The variant's tokenizer.json in the build folder: GPT-2 templates get the
  * GGUF's vocab and merges; "base": "llama2" templates are the llama2
  * tokenizer.json with their normalizer and pre_tokenizer. */
@@ -191,11 +153,11 @@ static bool build_json(const char *name, const gguf_file *g, char *out_path, siz
     char path[1024];
     snprintf(path, sizeof path, "%s/tests/fixtures/tokenizers/hf/%s.template.json", HR_SOURCE_DIR,
              name);
-    cJSON *tmpl = parse_file(path), *root = NULL;
+    cJSON *tmpl = test_parse_json_file(path), *root = NULL;
     if (!tmpl)
         return false;
     if (cJSON_GetObjectItemCaseSensitive(tmpl, "base")) {
-        root = parse_file(TEST_PATH("tests/fixtures/tokenizers/llama2/tokenizer.json"));
+        root = test_parse_json_file(TEST_PATH("tests/fixtures/tokenizers/llama2/tokenizer.json"));
         const char *keys[] = {"normalizer", "pre_tokenizer"};
         for (int k = 0; root && k < 2; k++)
             cJSON_ReplaceItemInObjectCaseSensitive(
@@ -203,45 +165,16 @@ static bool build_json(const char *name, const gguf_file *g, char *out_path, siz
         cJSON_Delete(tmpl);
     } else {
         root = tmpl;
-        cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-        const gguf_kv *toks = gguf_find(g, "tokenizer.ggml.tokens");
-        const gguf_kv *merges = gguf_find(g, "tokenizer.ggml.merges");
-        if (!model || !toks || !merges || !toks->arr_str || !merges->arr_str) {
+        if (!test_bpe_from_gguf(cJSON_GetObjectItemCaseSensitive(root, "model"), g, true)) {
             cJSON_Delete(root);
             return false;
         }
-        cJSON *vocab = cJSON_CreateObject();
-        for (uint64_t i = 0; i < toks->arr_n; i++) {
-            char *s = strndup(toks->arr_str[i].ptr, (size_t)toks->arr_str[i].len);
-            cJSON_AddItemToObject(vocab, s, cJSON_CreateNumber((double)i));
-            free(s);
-        }
-        cJSON *ml = cJSON_CreateArray();
-        for (uint64_t i = 0; i < merges->arr_n; i++) {
-            char *s = strndup(merges->arr_str[i].ptr, (size_t)merges->arr_str[i].len);
-            char *sp = strchr(s + 1, ' ');
-            if (sp) {
-                *sp = '\0';
-                cJSON *pair = cJSON_CreateArray();
-                cJSON_AddItemToArray(pair, cJSON_CreateString(s));
-                cJSON_AddItemToArray(pair, cJSON_CreateString(sp + 1));
-                cJSON_AddItemToArray(ml, pair);
-            }
-            free(s);
-        }
-        cJSON_ReplaceItemInObjectCaseSensitive(model, "vocab", vocab);
-        cJSON_ReplaceItemInObjectCaseSensitive(model, "merges", ml);
     }
     if (!root)
         return false;
-    char *json = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
     snprintf(out_path, cap, "%s/tok_hf_%s.json", HR_BINARY_DIR, name);
-    FILE *f = fopen(out_path, "wb");
-    bool ok = f && json && fwrite(json, 1, strlen(json), f) == strlen(json);
-    if (f)
-        fclose(f);
-    free(json);
+    bool ok = test_write_json(root, out_path);
+    cJSON_Delete(root);
     return ok;
 }
 
