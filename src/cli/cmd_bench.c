@@ -14,6 +14,8 @@
 #include "cli/cli.h"
 #include "util/error.h"
 
+#include "build_commit.h" /* HR_BUILD_COMMIT: generated at every build (cmake/) */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,16 +38,6 @@ static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static void first_line(const char *cmd, char *out, size_t cap) {
-    out[0] = '\0';
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return;
-    if (fgets(out, (int)cap, p))
-        out[strcspn(out, "\n")] = '\0';
-    pclose(p);
 }
 
 /* The weight type holding most bytes: what people call the model's type. */
@@ -220,9 +212,7 @@ int cmd_bench(int argc, char **argv) {
     o.ep.n_seq_max = (int32_t)batch;
     /* a prompt goes in one step up to 4096 tokens, in chunks of 4096 beyond */
     o.ep.n_batch = prompt > 512 ? (int32_t)(prompt < 4096 ? prompt : 4096) : 512;
-    char commit[64], date[64], b1[32];
-    first_line("git -C " HR_SOURCE_DIR " rev-parse --short HEAD 2>/dev/null", commit,
-               sizeof commit);
+    char date[64], b1[32];
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     const char *shape = o.synthetic ? o.synthetic : o.model;
@@ -298,7 +288,8 @@ int cmd_bench(int argc, char **argv) {
                            "\"batch\": %lld, \"prompt\": %lld, \"gen\": %lld, \"threads\": %d, "
                            "\"ttft_ms\": %.3f, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.3f, "
                            "\"peak_bytes\": %llu, \"load_gb_s\": %.3f}\n",
-                           commit[0] ? commit : (HR_BUILD_COMMIT[0] ? HR_BUILD_COMMIT : "unknown"), date, hr_engine_device_desc(e),
+                           HR_BUILD_COMMIT[0] ? HR_BUILD_COMMIT : "unknown", date,
+                           hr_engine_device_desc(e),
                            hr_engine_device_name(e), shape, hr_dtype_name(wt), dname, aname,
                            gname, (long long)batch, (long long)prompt, (long long)gen,
                            o.ep.n_threads, res.ttft_ms, prefill, decode,
