@@ -6,9 +6,10 @@
 #   references), then the benchmarks, then transformers on the same shape.
 # Results go to $OUT (JSON lines for bench/results/), a short table last.
 #   scripts/device_check.sh [checks] [bench] [hf] [sweep] [profile] [ablate]
-#   (default: the first four; profile: GPU time per op at a short, a 2k and
-#   a 32k context and a batch of 64, eager steps, from HEADROOM_CUDA_PROFILE;
-#   ablate: batch-1 decode again without programmatic dependent launch)
+#   (default: the first four; profile: GPU time per op and rows of the step
+#   for prefills of 512 and 2048 and a batch of 64, eager steps, from
+#   HEADROOM_CUDA_PROFILE; ablate: batch-1 decode again without programmatic
+#   dependent launch)
 set -u
 cd "$(dirname "$0")/.."
 D=$PWD/.dev/device
@@ -50,9 +51,9 @@ if [[ $what == *ablate* ]]; then
 fi
 if [[ $what == *profile* ]]; then
   echo "== GPU time per op (graphs off)"
-  for p in 128 2048 32768; do
-    HEADROOM_CUDA_PROFILE=1 $T 120 $B --synthetic llama2-7b --prompt $p --gen 32 \
-      --ctx $((p + 64)) --graphs off 2>&1 | grep -E "profile|^\{" | tee -a $OUT/profile.txt
+  for p in 512 2048; do
+    HEADROOM_CUDA_PROFILE=1 $T 120 $B --synthetic llama2-7b --prompt $p --gen 4 \
+      --graphs off 2>&1 | grep -E "profile|^\{" | tee -a $OUT/profile.txt
   done
   HEADROOM_CUDA_PROFILE=1 $T 120 $B --synthetic llama2-7b --prompt 128 --gen 64 --batch 64 \
     --graphs off 2>&1 | grep -E "profile|^\{" | tee -a $OUT/profile.txt

@@ -253,8 +253,8 @@ static void run_shape(const shape *sh, bool naive) {
     CHECK_OK(co->begin_step(cb, &hist.step, &err), &err);
     CHECK_OK(go->begin_step(gb, &hist.step, &err), &err);
     write_both(&C, &G, &C.qkv, &G.qkv, false, hist.step.n_rows, hq);
-    co->kv_store(cb, 0, &C.qkv);
-    go->kv_store(gb, 0, &G.qkv);
+    co->rope_kv_store(cb, 0, &C.qkv, inv_freq, ROPE_STYLE_NEOX, sh->H, sh->Hkv, sh->Dh);
+    go->rope_kv_store(gb, 0, &G.qkv, inv_freq, ROPE_STYLE_NEOX, sh->H, sh->Hkv, sh->Dh);
     CHECK_OK(co->end_step(cb, &C.logits, NULL, NULL, NULL, &err), &err);
     CHECK_OK(go->end_step(gb, &G.logits, NULL, NULL, NULL, &err), &err);
     free(hq);
@@ -304,11 +304,17 @@ static void run_shape(const shape *sh, bool naive) {
         compare("matmul gu", sh, &C, &G, &C.gu, &G.gu, false, 8, 1e-4, 1e-4, 1e-8);
         free(xin);
 
+        /* both pair layouts (the pools they also fill are checked through
+         * attention below, which stores the step again) */
         float *qkv = rand_vec(R * qkv_cols, 1.0f, HR_DTYPE_F32);
-        write_both(&C, &G, &C.qkv, &G.qkv, false, R, qkv);
-        co->rope(cb, &C.qkv, inv_freq, ROPE_STYLE_NEOX, sh->H, sh->Hkv, sh->Dh);
-        go->rope(gb, &G.qkv, inv_freq, ROPE_STYLE_NEOX, sh->H, sh->Hkv, sh->Dh);
-        compare("rope neox", sh, &C, &G, &C.qkv, &G.qkv, false, R, 1e-5, 1e-6, 1e-10);
+        for (int style = 0; style < 2; style++) {
+            rope_style rs = style ? ROPE_STYLE_NORM : ROPE_STYLE_NEOX;
+            write_both(&C, &G, &C.qkv, &G.qkv, false, R, qkv);
+            co->rope_kv_store(cb, 0, &C.qkv, inv_freq, rs, sh->H, sh->Hkv, sh->Dh);
+            go->rope_kv_store(gb, 0, &G.qkv, inv_freq, rs, sh->H, sh->Hkv, sh->Dh);
+            compare(style ? "rope norm" : "rope neox", sh, &C, &G, &C.qkv, &G.qkv, false, R,
+                    1e-5, 1e-6, 1e-10);
+        }
         free(qkv);
 
         float *gu = rand_vec(R * 2 * sh->F, 3.0f, HR_DTYPE_F32);
@@ -326,11 +332,12 @@ static void run_shape(const shape *sh, bool naive) {
         free(xb);
     }
 
-    /* kv_store + attention over the mixed step (history pages included) */
+    /* rope + kv store, then attention over the mixed step (history pages
+     * included) */
     float *qkv = rand_vec(R * qkv_cols, 1.0f, HR_DTYPE_F32);
     write_both(&C, &G, &C.qkv, &G.qkv, false, R, qkv);
-    co->kv_store(cb, 0, &C.qkv);
-    go->kv_store(gb, 0, &G.qkv);
+    co->rope_kv_store(cb, 0, &C.qkv, inv_freq, ROPE_STYLE_NEOX, sh->H, sh->Hkv, sh->Dh);
+    go->rope_kv_store(gb, 0, &G.qkv, inv_freq, ROPE_STYLE_NEOX, sh->H, sh->Hkv, sh->Dh);
     co->attention(cb, 0, &C.att, &C.qkv);
     go->attention(gb, 0, &G.att, &G.qkv);
     compare(label, sh, &C, &G, &C.att, &G.att, true, R, 3e-2, 1e-2, 1e-4);

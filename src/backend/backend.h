@@ -111,11 +111,12 @@ typedef struct {
     /* y (n, N) = x (n, K) . W^T (+ bias) */
     void (*matmul)(hr_backend *b, be_tensor *y, const be_tensor *x, const be_weight *w,
                    int64_t n);
-    /* rotate q and k inside qkv (B, (H + 2 Hkv) Dh) at each row's position */
-    void (*rope)(hr_backend *b, be_tensor *qkv, const float *inv_freq, rope_style style,
-                 int32_t n_head, int32_t n_head_kv, int32_t head_dim);
-    /* write the k and v parts of qkv into layer's pages at the step's slots */
-    void (*kv_store)(hr_backend *b, int32_t layer, const be_tensor *qkv);
+    /* rotate q and k inside qkv (B, (H + 2 Hkv) Dh) at each row's position,
+     * then write the (rotated) k and the v parts into layer's pages at the
+     * step's slots: one op, so a backend may do both in one pass over qkv */
+    void (*rope_kv_store)(hr_backend *b, int32_t layer, be_tensor *qkv, const float *inv_freq,
+                          rope_style style, int32_t n_head, int32_t n_head_kv,
+                          int32_t head_dim);
     /* out (B, H*Dh) = softmax(q k^T / sqrt(Dh)) v over each row's [0, pos] */
     void (*attention)(hr_backend *b, int32_t layer, be_tensor *out, const be_tensor *qkv);
     /* h (B, F) = silu(gate) * up from gu (B, 2F) */

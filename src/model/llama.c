@@ -247,9 +247,8 @@ hr_status llama_forward(llama *lm, const hr_step *step, float *logits, const be_
         const llama_layer *W = &lm->layers[l];
         /* attention block */
         ops->matmul(be, &lm->qkv, &lm->xb, W->wqkv, B);
-        ops->rope(be, &lm->qkv, m->rope_inv_freq, m->rope, in->n_head, in->n_head_kv,
-                  in->head_dim);
-        ops->kv_store(be, l, &lm->qkv);
+        ops->rope_kv_store(be, l, &lm->qkv, m->rope_inv_freq, m->rope, in->n_head,
+                           in->n_head_kv, in->head_dim);
         ops->attention(be, l, &lm->att, &lm->qkv);
         ops->matmul(be, &lm->xp, &lm->att, W->wo, B);
         ops->add_rmsnorm(be, &lm->x, &lm->xp, &lm->xb, W->ffn_norm, eps);

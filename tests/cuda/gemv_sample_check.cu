@@ -1,8 +1,10 @@
 /*
  * gemv_sample_check.cu — device check and timing of ck_gemv (gemv.cu) and
- * ck_sample (sample.cu) against CPU references. A standalone program: it
- * #includes the production .cu files (one translation unit, never a copy) so
- * it can also time GEMV variants that the launcher does not pick.
+ * ck_sample (sample.cu) against CPU references, and a timing of cuBLASLt
+ * (gemm.c, from the library) on the products of batched decode steps. A
+ * standalone program: it #includes the production .cu files (one translation
+ * unit, never a copy) so it can also time GEMV variants that the launcher
+ * does not pick.
  *
  *   nvcc -arch=sm_90 -std=c++17 -O3 -I src -I include \
  *        tests/cuda/gemv_sample_check.cu -o build/gemv_sample_check
@@ -36,6 +38,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+
+#include "backend/cuda/cuda_gemm.h"
 
 #define CK(call)                                                                              \
     do {                                                                                      \
@@ -276,24 +280,22 @@ typedef void (*gemv_fn)(cudaStream_t, const GemvArgs &);
 
 /* Median time (us) of one launch bracketed by events, and the per-launch
  * time of back-to-back launches; weights rotate through nbuf buffers so L2
- * (50-60 MB) never holds the next one. */
-static void time_gemv(const char *what, gemv_fn fn, int n, int N, int K,
-                      const std::vector<uint16_t *> &Wbuf, const uint16_t *d_x, float *d_y) {
+ * (50-60 MB) never holds the next one. launch(stream, W) enqueues one
+ * product of n rows with weights W. */
+template <class Launch>
+static void time_product(const char *what, Launch launch, int n, int N, int K,
+                         const std::vector<uint16_t *> &Wbuf) {
     const int reps = 200;
     std::vector<cudaEvent_t> e0(reps), e1(reps);
     for (int i = 0; i < reps; i++) {
         CK(cudaEventCreate(&e0[i]));
         CK(cudaEventCreate(&e1[i]));
     }
-    GemvArgs a = {d_y, (int64_t)N, d_x, (int64_t)K, nullptr, nullptr, N, K};
-    for (int i = 0; i < 10; i++) { /* warm-up */
-        a.W = Wbuf[i % Wbuf.size()];
-        fn(0, a);
-    }
+    for (int i = 0; i < 10; i++) /* warm-up */
+        launch(0, Wbuf[i % Wbuf.size()]);
     for (int i = 0; i < reps; i++) {
-        a.W = Wbuf[i % Wbuf.size()];
         CK(cudaEventRecord(e0[i]));
-        fn(0, a);
+        launch(0, Wbuf[i % Wbuf.size()]);
         CK(cudaEventRecord(e1[i]));
     }
     CK(cudaDeviceSynchronize());
@@ -307,10 +309,8 @@ static void time_gemv(const char *what, gemv_fn fn, int n, int N, int K,
     std::vector<double> stream;
     for (int rep = 0; rep < 5; rep++) {
         CK(cudaEventRecord(e0[rep]));
-        for (int i = 0; i < 50; i++) {
-            a.W = Wbuf[i % Wbuf.size()];
-            fn(0, a);
-        }
+        for (int i = 0; i < 50; i++)
+            launch(0, Wbuf[i % Wbuf.size()]);
         CK(cudaEventRecord(e1[rep]));
         CK(cudaEventSynchronize(e1[rep]));
         float ms;
@@ -323,11 +323,21 @@ static void time_gemv(const char *what, gemv_fn fn, int n, int N, int K,
     }
     const double bytes = 2.0 * N * K + 2.0 * n * K + 4.0 * n * N;
     const double t1 = median(single), t2 = median(stream);
-    printf("  %-22s n=%d N=%5d K=%5d  single %7.2f us %6.0f GB/s (%3.0f%% of 4.3T, %3.0f%% of "
+    printf("  %-22s n=%-2d N=%5d K=%5d  single %7.2f us %6.0f GB/s (%3.0f%% of 4.3T, %3.0f%% of "
            "4.57T)   back-to-back %7.2f us %6.0f GB/s\n",
            what, n, N, K, t1, bytes / t1 / 1e3, bytes / t1 / 1e3 / 43.0,
            bytes / t1 / 1e3 / 45.7, t2, bytes / t2 / 1e3);
     fflush(stdout);
+}
+
+static void time_gemv(const char *what, gemv_fn fn, int n, int N, int K,
+                      const std::vector<uint16_t *> &Wbuf, const uint16_t *d_x, float *d_y) {
+    time_product(
+        what,
+        [&](cudaStream_t s, const uint16_t *W) {
+            fn(s, GemvArgs{d_y, (int64_t)N, d_x, (int64_t)K, W, nullptr, N, K});
+        },
+        n, N, K, Wbuf);
 }
 
 template <int NX>
@@ -417,6 +427,54 @@ static void gemv_timing(void) {
         CK(cudaFree(d_x));
         CK(cudaFree(d_y));
     }
+}
+
+/* cuBLASLt on the products of a Llama-2-7B decode step of 16..128 rows
+ * (q/k/v and gate/up fused): how near the weight stream it runs. */
+static void batch_gemm_timing(void) {
+    printf("== cuBLASLt on batched decode (bf16; GB/s counts W + x + y bytes)\n");
+    const int shapes[][2] = {{4096, 4096}, {12288, 4096}, {22016, 4096}, {4096, 11008},
+                             {32000, 4096}};
+    const int max_n = 128;
+    void *ws;
+    const size_t ws_bytes = (size_t)32 << 20;
+    CK(cudaMalloc(&ws, ws_bytes));
+    cuda_gemm *lt = NULL;
+    hr_error err = {};
+    if (cuda_gemm_create(ws, ws_bytes, &lt, &err) != HR_OK) {
+        check(false, "cuBLASLt: %s", err.msg);
+        return;
+    }
+    for (const auto &sh : shapes) {
+        const int N = sh[0], K = sh[1];
+        const size_t wbytes = (size_t)N * K * 2;
+        const int nbuf = (int)std::max<size_t>(3, (3 * ((size_t)64 << 20)) / wbytes + 1);
+        std::vector<uint16_t *> Wbuf(nbuf);
+        for (auto &p : Wbuf) {
+            CK(cudaMalloc(&p, wbytes));
+            CK(cudaMemset(p, 0x3C, wbytes));
+        }
+        uint16_t *d_x;
+        float *d_y;
+        CK(cudaMalloc(&d_x, (size_t)max_n * K * 2));
+        CK(cudaMalloc(&d_y, (size_t)max_n * N * 4));
+        CK(cudaMemset(d_x, 0x3C, (size_t)max_n * K * 2));
+        for (int n : {16, 32, 64, 128})
+            time_product(
+                "cuBLASLt",
+                [&](cudaStream_t s, const uint16_t *W) {
+                    hr_error e = {};
+                    if (cuda_gemm_run(lt, s, d_y, N, d_x, K, W, CK_BF16, n, N, K, &e) != HR_OK)
+                        fprintf(stderr, "cuBLASLt: %s\n", e.msg);
+                },
+                n, N, K, Wbuf);
+        for (auto p : Wbuf)
+            CK(cudaFree(p));
+        CK(cudaFree(d_x));
+        CK(cudaFree(d_y));
+    }
+    cuda_gemm_free(lt);
+    CK(cudaFree(ws));
 }
 
 /* ---------------------------------------------------------------- sampling: CPU reference */
@@ -956,6 +1014,7 @@ int main(int argc, char **argv) {
     graph_check();
     if (g_timing) {
         gemv_timing();
+        batch_gemm_timing();
         sample_timing();
     }
     printf("gemv_sample_check: %d passed, %d failed\n", g_pass, g_fail);

@@ -74,6 +74,9 @@ void cpu_add_rmsnorm(hr_backend *b, be_tensor *x, const be_tensor *dx, be_tensor
 void cpu_rope(hr_backend *b, be_tensor *qkv, const float *inv_freq, rope_style style,
               int32_t n_head, int32_t n_head_kv, int32_t head_dim);
 void cpu_kv_store(hr_backend *b, int32_t layer, const be_tensor *qkv);
+/* the ops-table entry: cpu_rope, then cpu_kv_store */
+void cpu_rope_kv_store(hr_backend *b, int32_t layer, be_tensor *qkv, const float *inv_freq,
+                       rope_style style, int32_t n_head, int32_t n_head_kv, int32_t head_dim);
 void cpu_attention(hr_backend *b, int32_t layer, be_tensor *out, const be_tensor *qkv);
 void cpu_swiglu(hr_backend *b, be_tensor *h, const be_tensor *gu);
 

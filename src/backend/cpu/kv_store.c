@@ -57,3 +57,9 @@ void cpu_kv_store(hr_backend *b, int32_t layer, const be_tensor *qkv) {
         }
     }
 }
+
+void cpu_rope_kv_store(hr_backend *b, int32_t layer, be_tensor *qkv, const float *inv_freq,
+                       rope_style style, int32_t n_head, int32_t n_head_kv, int32_t head_dim) {
+    cpu_rope(b, qkv, inv_freq, style, n_head, n_head_kv, head_dim);
+    cpu_kv_store(b, layer, qkv);
+}

@@ -12,11 +12,25 @@
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 __device__ __forceinline__ float ck_to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float ck_to_f32(__half v) { return __half2float(v); }
 __device__ __forceinline__ void ck_from_f32(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void ck_from_f32(__half *p, float v) { *p = __float2half_rn(v); }
+
+/* Four floats rounded to ck and stored with one 8-byte store (p 8-byte
+ * aligned): the vectorised row kernels' output. */
+template <typename T> __device__ __forceinline__ void ck_store4(T *p, float4 v) {
+    T h[4];
+    ck_from_f32(&h[0], v.x);
+    ck_from_f32(&h[1], v.y);
+    ck_from_f32(&h[2], v.z);
+    ck_from_f32(&h[3], v.w);
+    uint2 u;
+    memcpy(&u, h, sizeof u);
+    *reinterpret_cast<uint2 *>(p) = u;
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

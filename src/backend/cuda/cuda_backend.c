@@ -41,7 +41,11 @@
     } while (0)
 
 #define STAGE_BYTES ((size_t)64 << 20)  /* two pinned buffers of 64 MiB: copy one, fill the other */
-#define SPLIT_LEN 64 /* the shortest flash-decoding split: shorter ones cost more than they spread */
+/* The shortest flash-decoding split: one round of the decode kernel's 4
+ * warps x 32 positions. At 64, a short context's blocks ran 2 of their 4
+ * warps, and 64 sequences of 128..384 positions spent 104 us a layer in
+ * attention (2.6 TB/s of KV, H200, 2026-11-30). */
+#define SPLIT_LEN 128
 
 _Static_assert(sizeof(ck_sample_params) == SIZES_CUDA_SAMPLE_PARAM,
                "memory/sizes.h must know the sampling parameters' size");
@@ -568,7 +572,7 @@ static hr_status cuda_begin_step(hr_backend *b, const hr_step *s, hr_error *err)
  * while capturing: a graph's ops are not timed one by one). */
 static void mark(cuda_backend *c, const char *op, int64_t n_rows, int64_t k) {
     if (c->prof && !c->capturing)
-        cuda_profile_mark(c->prof, c->stream, op, n_rows, k);
+        cuda_profile_mark(c->prof, c->stream, op, c->n_rows, n_rows, k);
 }
 
 static void op_error(cuda_backend *c, const char *op) {
@@ -632,27 +636,19 @@ static void cuda_matmul(hr_backend *b, be_tensor *y, const be_tensor *x, const b
     op_error(c, "matmul");
 }
 
-static void cuda_rope(hr_backend *b, be_tensor *qkv, const float *inv_freq, rope_style style,
-                      int32_t n_head, int32_t n_head_kv, int32_t head_dim) {
+static void cuda_rope_kv_store(hr_backend *b, int32_t layer, be_tensor *qkv,
+                               const float *inv_freq, rope_style style, int32_t n_head,
+                               int32_t n_head_kv, int32_t head_dim) {
     (void)inv_freq; /* the device copy made at setup */
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
-    mark(c, "rope", 0, 0);
-    ck_rope(c->stream, qkv->data, qkv->ld, meta(c, c->o_pos), c->inv_freq,
-            style == ROPE_STYLE_NEOX, c->n_rows, n_head, n_head_kv, head_dim);
-    op_error(c, "rope");
-}
-
-static void cuda_kv_store(hr_backend *b, int32_t layer, const be_tensor *qkv) {
-    cuda_backend *c = (cuda_backend *)b;
-    OP_PRELUDE(c);
-    mark(c, "kv_store", 0, 0);
-    const hr_model_info *in = b->info;
+    mark(c, "rope_kv_store", 0, 0);
     size_t off = (size_t)layer * c->kv_layer_bytes;
-    ck_kv_store(c->stream, qkv->data, qkv->ld, c->k_pool + off, c->v_pool + off, c->dt,
-                meta(c, c->o_slot), c->n_rows, in->n_head, in->n_head_kv, in->head_dim,
-                c->kv.block_size);
-    op_error(c, "kv_store");
+    ck_rope_kv_store(c->stream, qkv->data, qkv->ld, c->k_pool + off, c->v_pool + off, c->dt,
+                     meta(c, c->o_pos), meta(c, c->o_slot), c->inv_freq,
+                     style == ROPE_STYLE_NEOX, c->n_rows, n_head, n_head_kv, head_dim,
+                     c->kv.block_size);
+    op_error(c, "rope_kv_store");
 }
 
 static void cuda_attention(hr_backend *b, int32_t layer, be_tensor *out, const be_tensor *qkv) {
@@ -876,8 +872,7 @@ static const hr_backend_ops cuda_ops = {
     .rmsnorm = cuda_rmsnorm,
     .add_rmsnorm = cuda_add_rmsnorm,
     .matmul = cuda_matmul,
-    .rope = cuda_rope,
-    .kv_store = cuda_kv_store,
+    .rope_kv_store = cuda_rope_kv_store,
     .attention = cuda_attention,
     .swiglu = cuda_swiglu,
     .gather_rows = cuda_gather_rows,

@@ -7,6 +7,10 @@
 
 #include <cublasLt.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct cuda_gemm cuda_gemm;
 
 /* workspace: device memory the caller owns (planned), workspace_bytes long */
@@ -17,5 +21,9 @@ void cuda_gemm_free(cuda_gemm *g);
 hr_status cuda_gemm_run(cuda_gemm *g, cudaStream_t s, float *y, int64_t ldy, const void *x,
                         int64_t ldx, const void *W, ck_dtype dt, int n, int N, int K,
                         hr_error *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

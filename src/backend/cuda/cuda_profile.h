@@ -7,8 +7,9 @@
  * where each op starts and where the step ends; an op's time is the span
  * from its mark to the next one, so it also holds any idle gap that follows
  * it (a step the host cannot feed fast enough shows as time in the op
- * before the gap). Totals by op and weight shape are logged when the backend
- * is freed, largest first.
+ * before the gap). The first step of each size is not counted (kernels
+ * load at their first launch). Totals by op, rows of the step and weight
+ * shape are logged when the backend is freed, largest first.
  */
 #ifndef HR_BACKEND_CUDA_CUDA_PROFILE_H
 #define HR_BACKEND_CUDA_CUDA_PROFILE_H
@@ -24,10 +25,11 @@ typedef struct cuda_profile cuda_profile;
 hr_status cuda_profile_create(cuda_profile **out, hr_error *err);
 void cuda_profile_free(cuda_profile *p);
 
-/* Marks the start of an op on stream s; n_rows x k names a matmul's weight
- * (0 x 0 for other ops). op must be a string literal (it is kept). */
-void cuda_profile_mark(cuda_profile *p, cudaStream_t s, const char *op, int64_t n_rows,
-                       int64_t k);
+/* Marks the start of an op on stream s in a step of step_rows rows;
+ * n_rows x k names a matmul's weight (0 x 0 for other ops). op must be a
+ * string literal (it is kept). */
+void cuda_profile_mark(cuda_profile *p, cudaStream_t s, const char *op, int64_t step_rows,
+                       int64_t n_rows, int64_t k);
 /* Marks the end of the step's work; call before synchronising the stream. */
 void cuda_profile_step_end(cuda_profile *p, cudaStream_t s);
 /* After the stream is synchronised: adds the step's spans to the totals. */

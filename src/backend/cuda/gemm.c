@@ -14,6 +14,13 @@
  * (within run-to-run noise), 64-sequence decode -8% (the repeated runs
  * found the weights in L2, which favours the wrong algorithm for skinny
  * products that stream them from HBM).
+ * Rejected too: a tensor-core kernel of our own for steps of 9..64 rows
+ * (mma.sync m16n8k16 with W as the A operand, 16 weight rows per warp, K
+ * split across a thread block cluster and the partials added through
+ * distributed shared memory). cuBLASLt already streams the weights of those
+ * skinny products at 2.5-3.8 TB/s (tests/cuda/gemv_sample_check.cu); the
+ * kernel reached 0.8-2.7 TB/s, bounded by its reads of x through L1, and
+ * 64-sequence decode fell from 6922 to 3999 tok/s (H200, 2026-11-30).
  */
 #include "backend/cuda/cuda_gemm.h"
 

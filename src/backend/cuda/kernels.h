@@ -35,27 +35,27 @@ typedef enum { CK_BF16 = 0, CK_F16 = 1 } ck_dtype;
 void ck_set_pdl(int on);
 int ck_pdl_on(void);
 
-/* ---- elementwise and row ops (elementwise.cu, rmsnorm.cu, rope.cu, kv_store.cu) */
+/* ---- elementwise and row ops (elementwise.cu, rmsnorm.cu, rope_kv_store.cu) */
 
 /* x (n, D) f32 = table rows tokens[i]; table (V, D) ck */
 void ck_embed(cudaStream_t s, float *x, int64_t ldx, const void *table, ck_dtype dt,
               const int32_t *tokens, int n, int D);
 
-/* if dx: x += dx (both f32); then y (n, D) ck = x / rms(x) * w.  D <= 16384 */
+/* if dx: x += dx (both f32); then y (n, D) ck = x / rms(x) * w.
+ * D % 4 == 0; x, dx, y, w 16-byte aligned, row strides multiples of 4 */
 void ck_add_rmsnorm(cudaStream_t s, float *x, int64_t ldx, const float *dx, int64_t lddx,
                     void *y, int64_t ldy, ck_dtype dt, const float *w, float eps, int n, int D);
 
 /* rotates the first H + Hkv heads of each qkv row (f32, in place) at pos[row];
- * neox: pairs (i, i + Dh/2), else (2i, 2i + 1); angle pos * inv_freq[i] (f32) */
-void ck_rope(cudaStream_t s, float *qkv, int64_t ld, const int32_t *pos, const float *inv_freq,
-             int neox, int n, int H, int Hkv, int Dh);
+ * neox: pairs (i, i + Dh/2), else (2i, 2i + 1); angle pos * inv_freq[i] (f32);
+ * then k (rotated) and v of each row into the layer's pools at slot[row] =
+ * block * BS + offset; pool layout (NB, Hkv, BS, Dh) ck */
+void ck_rope_kv_store(cudaStream_t s, float *qkv, int64_t ld, void *k_pool, void *v_pool,
+                      ck_dtype dt, const int32_t *pos, const int32_t *slot,
+                      const float *inv_freq, int neox, int n, int H, int Hkv, int Dh, int BS);
 
-/* k and v of each qkv row into the layer's pools at slot[row] = block * BS + offset;
- * pool layout (NB, Hkv, BS, Dh) ck */
-void ck_kv_store(cudaStream_t s, const float *qkv, int64_t ld, void *k_pool, void *v_pool,
-                 ck_dtype dt, const int32_t *slot, int n, int H, int Hkv, int Dh, int BS);
-
-/* h (n, F) ck = silu(gu[:, :F]) * gu[:, F:2F], gu f32 */
+/* h (n, F) ck = silu(gu[:, :F]) * gu[:, F:2F], gu f32.
+ * F % 4 == 0; h, gu 16-byte aligned, row strides multiples of 4 */
 void ck_swiglu(cudaStream_t s, void *h, int64_t ldh, ck_dtype dt, const float *gu,
                int64_t ldgu, int n, int F);
 
