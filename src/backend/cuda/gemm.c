@@ -6,22 +6,18 @@
  * cuBLAS is column-major, so the row-major product is computed as its
  * transpose: Y' (N x n) = W' ^T (N x K) . X' (K x n), where W' (K x N, ld K)
  * and X' (K x n, ld ldx) are the same bytes read column-major. The
- * algorithm for each shape is cached with its descriptors: the first step of
- * a shape pays for the choice, and a decode step captured in a CUDA graph
- * makes no host-side cuBLAS decision at replay.
- *
- * The choice: products of at least GEMM_TIMED_ROWS rows are compute-bound,
- * and there the heuristic's first pick is not always the fastest (wave
- * quantization at 512 rows: the q/k/v product ran at 700 TFLOP/s and the
- * output projection at 610 where gate/up reached 760, H200), so the first
- * product of such a shape times the heuristic's top GEMM_ALGOS on its own
- * operands and keeps the fastest, for every step of that weight shape whose
- * rows round up to the same power of two (prefill chunks vary in length:
- * each (weight, bucket) is timed once, ~10-50 ms, never again even when the
- * descriptor cache evicts it). Skinnier products keep the heuristic's
- * pick: timed runs find their weights in L2, which favours the wrong
- * algorithm for products that stream them from HBM (64-sequence decode -8%
- * when all shapes were timed, H200, 2026-11-29).
+ * heuristic's choice for each shape is cached with its descriptors: the
+ * first step of a shape pays for the query, and a decode step captured in a
+ * CUDA graph makes no host-side cuBLAS decision at replay.
+ * Rejected: timing the heuristic's top 8 on the first product of a shape
+ * and keeping the fastest (H200, 2026-11-29): prefill of 2048 rows +2%
+ * (within run-to-run noise), 64-sequence decode -8% (the repeated runs
+ * found the weights in L2, which favours the wrong algorithm for skinny
+ * products that stream them from HBM); and again for products of 256 rows
+ * or more only, once per (weight shape, power-of-two row bucket) (H200,
+ * 2026-11-30, Llama-2-7B prefill, tok/s, timed vs heuristic: 512 rows
+ * 43.2k / 44.2k / 44.1k vs 45.0k / 44.5k, 2048 rows 41.7k vs 42.6k / 40.8k):
+ * the heuristic's first pick is as fast as any of its top 8.
  * Rejected too: a tensor-core kernel of our own for steps of 9..64 rows
  * (mma.sync m16n8k16 with W as the A operand, 16 weight rows per warp, K
  * split across a thread block cluster and the partials added through
@@ -37,10 +33,6 @@
 #include <string.h>
 
 #define GEMM_CACHE 64
-#define GEMM_ALGOS 8         /* heuristic candidates timed */
-#define GEMM_TIMED_ROWS 256  /* products this tall are timed (see above) */
-#define GEMM_TIMED_RUNS 3
-#define GEMM_TIMED_MAX 64    /* (weight shape, row bucket) choices kept */
 
 typedef struct {
     int n, N, K;
@@ -51,29 +43,13 @@ typedef struct {
     cublasLtMatmulAlgo_t algo;
 } gemm_entry;
 
-/* the timed choice for rows in (bucket / 2, bucket] of one weight shape */
-typedef struct {
-    int bucket, N, K;
-    ck_dtype dt;
-    cublasLtMatmulAlgo_t algo;
-} gemm_timed;
-
 struct cuda_gemm {
     cublasLtHandle_t handle;
     void *workspace;
     size_t workspace_bytes;
     gemm_entry cache[GEMM_CACHE];
     int n_cache, next_evict;
-    gemm_timed timed[GEMM_TIMED_MAX];
-    int n_timed;
 };
-
-static int row_bucket(int n) {
-    int b = GEMM_TIMED_ROWS;
-    while (b < n && b < (1 << 30))
-        b *= 2;
-    return b;
-}
 
 #define LT_TRY(expr, what)                                                                \
     do {                                                                                  \
@@ -121,41 +97,8 @@ void cuda_gemm_free(cuda_gemm *g) {
     hr_free(g);
 }
 
-/* Runs algorithm `algo` of entry e GEMM_TIMED_RUNS times after a warm-up
- * run; the milliseconds, or a negative value if it cannot run. */
-static float time_algo(cuda_gemm *g, const gemm_entry *e, const cublasLtMatmulAlgo_t *algo,
-                       cudaStream_t s, float *y, const void *x, const void *W) {
-    const float alpha = 1.0f, beta = 0.0f;
-    cudaEvent_t t0 = NULL, t1 = NULL;
-    float ms = -1.0f;
-    if (cudaEventCreate(&t0) != cudaSuccess || cudaEventCreate(&t1) != cudaSuccess)
-        goto done;
-    for (int i = 0; i <= GEMM_TIMED_RUNS; i++) {
-        if (i == 1)
-            cudaEventRecord(t0, s);
-        if (cublasLtMatmul(g->handle, e->op, &alpha, W, e->a, x, e->b, &beta, y, e->c, y, e->c,
-                           algo, g->workspace, g->workspace_bytes, s) != CUBLAS_STATUS_SUCCESS)
-            goto done;
-    }
-    cudaEventRecord(t1, s);
-    if (cudaEventSynchronize(t1) != cudaSuccess || cudaEventElapsedTime(&ms, t0, t1) != cudaSuccess)
-        ms = -1.0f;
-done:
-    cudaGetLastError(); /* a candidate that failed leaves no error behind */
-    if (t0)
-        cudaEventDestroy(t0);
-    if (t1)
-        cudaEventDestroy(t1);
-    return ms;
-}
-
-/* The algorithm for entry e: the heuristic's first, or for a tall product
- * the one timed for its (shape, bucket), timing the heuristic's top
- * GEMM_ALGOS on the operands at hand (y is overwritten) the first time, if
- * the stream is not being captured into a graph. */
 static hr_status entry_make(cuda_gemm *g, gemm_entry *e, int n, int N, int K, ck_dtype dt,
-                            int64_t ldx, int64_t ldy, cudaStream_t s, float *y, const void *x,
-                            const void *W, hr_error *err) {
+                            int64_t ldx, int64_t ldy, hr_error *err) {
     memset(e, 0, sizeof *e);
     e->n = n, e->N = N, e->K = K, e->dt = dt, e->ldx = ldx, e->ldy = ldy;
     cudaDataType_t in = dt == CK_BF16 ? CUDA_R_16BF : CUDA_R_16F;
@@ -174,47 +117,17 @@ static hr_status entry_make(cuda_gemm *g, gemm_entry *e, int n, int N, int K, ck
     uint64_t ws = g->workspace_bytes;
     cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    gemm_timed *known = NULL;
-    const int bucket = row_bucket(n);
-    for (int i = 0; n >= GEMM_TIMED_ROWS && i < g->n_timed && !known; i++) {
-        gemm_timed *t = &g->timed[i];
-        if (t->bucket == bucket && t->N == N && t->K == K && t->dt == dt)
-            known = t;
-    }
-    cublasLtMatmulHeuristicResult_t check;
-    if (known &&
-        cublasLtMatmulAlgoCheck(g->handle, e->op, e->a, e->b, e->c, e->c, &known->algo, &check) ==
-            CUBLAS_STATUS_SUCCESS &&
-        check.workspaceSize <= g->workspace_bytes) {
-        cublasLtMatmulPreferenceDestroy(pref);
-        e->algo = known->algo;
-        return HR_OK;
-    }
-    enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    const bool timed = n >= GEMM_TIMED_ROWS && !known && g->n_timed < GEMM_TIMED_MAX &&
-                       cudaStreamIsCapturing(s, &capture) == cudaSuccess &&
-                       capture == cudaStreamCaptureStatusNone;
-    cublasLtMatmulHeuristicResult_t res[GEMM_ALGOS];
+    cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(g->handle, e->op, e->a, e->b, e->c, e->c, pref,
-                                            timed ? GEMM_ALGOS : 1, res, &found);
+        st = cublasLtMatmulAlgoGetHeuristic(g->handle, e->op, e->a, e->b, e->c, e->c, pref, 1,
+                                            &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0)
         return hr_err_set(err, HR_ERR_DEVICE,
                           "cuBLASLt: no algorithm for %d x %d x %d (status %d)", n, N, K,
                           (int)st);
-    e->algo = res[0].algo;
-    float best = -1.0f;
-    for (int i = 0; timed && found > 1 && i < found; i++) {
-        float ms = time_algo(g, e, &res[i].algo, s, y, x, W);
-        if (ms >= 0.0f && (best < 0.0f || ms < best)) {
-            best = ms;
-            e->algo = res[i].algo;
-        }
-    }
-    if (timed)
-        g->timed[g->n_timed++] = (gemm_timed){bucket, N, K, dt, e->algo};
+    e->algo = res.algo;
     return HR_OK;
 }
 
@@ -232,7 +145,7 @@ hr_status cuda_gemm_run(cuda_gemm *g, cudaStream_t s, float *y, int64_t ldy, con
         int slot = g->n_cache < GEMM_CACHE ? g->n_cache++ : g->next_evict++ % GEMM_CACHE;
         e = &g->cache[slot];
         entry_free(e);
-        hr_status st = entry_make(g, e, n, N, K, dt, ldx, ldy, s, y, x, W, err);
+        hr_status st = entry_make(g, e, n, N, K, dt, ldx, ldy, err);
         if (st != HR_OK) {
             entry_free(e);
             return st;
