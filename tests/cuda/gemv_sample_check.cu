@@ -265,6 +265,25 @@ static double median(std::vector<double> v) {
     return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+/* N x K 16-bit weights in enough copies (>= 3, >= 192 MB in all) that L2
+ * (50-60 MB) never holds the next one a timing loop reads; 0x3C3C is a
+ * small normal value in both types. */
+static std::vector<uint16_t *> weight_ring(int N, int K) {
+    const size_t wbytes = (size_t)N * K * 2;
+    std::vector<uint16_t *> ring(std::max<size_t>(3, (3 * ((size_t)64 << 20)) / wbytes + 1));
+    for (auto &p : ring) {
+        CK(cudaMalloc(&p, wbytes));
+        CK(cudaMemset(p, 0x3C, wbytes));
+    }
+    return ring;
+}
+
+static void free_ring(std::vector<uint16_t *> &ring) {
+    for (auto p : ring)
+        CK(cudaFree(p));
+    ring.clear();
+}
+
 __global__ void read_kernel(const uint4 *p, size_t n16, unsigned *sink) {
     unsigned acc = 0;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16;
@@ -279,8 +298,8 @@ __global__ void read_kernel(const uint4 *p, size_t n16, unsigned *sink) {
 typedef void (*gemv_fn)(cudaStream_t, const GemvArgs &);
 
 /* Median time (us) of one launch bracketed by events, and the per-launch
- * time of back-to-back launches; weights rotate through nbuf buffers so L2
- * (50-60 MB) never holds the next one. launch(stream, W) enqueues one
+ * time of back-to-back launches; weights rotate through a weight_ring.
+ * launch(stream, W) enqueues one
  * product of n rows with weights W. */
 template <class Launch>
 static void time_product(const char *what, Launch launch, int n, int N, int K,
@@ -404,13 +423,7 @@ static void gemv_timing(void) {
     };
     for (const auto &sh : shapes) {
         const int N = sh[0], K = sh[1];
-        const size_t wbytes = (size_t)N * K * 2;
-        const int nbuf = (int)std::max<size_t>(3, (3 * ((size_t)64 << 20)) / wbytes + 1);
-        std::vector<uint16_t *> Wbuf(nbuf);
-        for (auto &p : Wbuf) {
-            CK(cudaMalloc(&p, wbytes));
-            CK(cudaMemset(p, 0x3C, wbytes)); /* 0x3C3C: a small normal value in both types */
-        }
+        std::vector<uint16_t *> Wbuf = weight_ring(N, K);
         uint16_t *d_x;
         float *d_y;
         CK(cudaMalloc(&d_x, (size_t)8 * K * 2));
@@ -422,8 +435,7 @@ static void gemv_timing(void) {
         time_gemv("prod", prod_bf16<2>, 2, N, K, Wbuf, d_x, d_y);
         time_gemv("prod", prod_bf16<4>, 4, N, K, Wbuf, d_x, d_y);
         time_gemv("prod", prod_bf16<8>, 8, N, K, Wbuf, d_x, d_y);
-        for (auto p : Wbuf)
-            CK(cudaFree(p));
+        free_ring(Wbuf);
         CK(cudaFree(d_x));
         CK(cudaFree(d_y));
     }
@@ -447,13 +459,7 @@ static void batch_gemm_timing(void) {
     }
     for (const auto &sh : shapes) {
         const int N = sh[0], K = sh[1];
-        const size_t wbytes = (size_t)N * K * 2;
-        const int nbuf = (int)std::max<size_t>(3, (3 * ((size_t)64 << 20)) / wbytes + 1);
-        std::vector<uint16_t *> Wbuf(nbuf);
-        for (auto &p : Wbuf) {
-            CK(cudaMalloc(&p, wbytes));
-            CK(cudaMemset(p, 0x3C, wbytes));
-        }
+        std::vector<uint16_t *> Wbuf = weight_ring(N, K);
         uint16_t *d_x;
         float *d_y;
         CK(cudaMalloc(&d_x, (size_t)max_n * K * 2));
@@ -468,8 +474,7 @@ static void batch_gemm_timing(void) {
                         fprintf(stderr, "cuBLASLt: %s\n", e.msg);
                 },
                 n, N, K, Wbuf);
-        for (auto p : Wbuf)
-            CK(cudaFree(p));
+        free_ring(Wbuf);
         CK(cudaFree(d_x));
         CK(cudaFree(d_y));
     }
