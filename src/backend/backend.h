@@ -17,8 +17,8 @@
  *
  * The step is a list of segments: each segment is consecutive positions of
  * one sequence occupying consecutive rows (a prefill chunk, or one decode
- * token). Before attention runs, kv_store has written the step's own K and V
- * into the pool, so every row attends to positions [0, pos] of its sequence
+ * token). Before attention runs, rope_kv_store has written the step's own K
+ * and V into the pool, so every row attends to positions [0, pos] of its sequence
  * straight from the paged cache: prefill and decode rows mix freely.
  *
  * Fused projections: q/k/v are one weight whose parts stack along the output
