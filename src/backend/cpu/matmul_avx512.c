@@ -422,7 +422,11 @@ AI void gemv_tile(hr_dtype dt, int nw, int nx, const uint8_t *w, size_t wrb, con
  * this 2-core Zen 4 VM, interleaved runs, 2026-11-29: TinyLlama F16 decode
  * 16.9 vs 15.4 tok/s, BF16 21.4 vs 16.7, the embedded model 5105 vs 4536:
  * one stream per thread lets the prefetchers run ahead when the memory is
- * fast, eight streams 4 KB apart do not. */
+ * fast, eight streams 4 KB apart do not. Also slower, interleaved runs
+ * 2026-11-30 (TinyLlama F16 decode, tok/s, this kernel first): four
+ * accumulators over 64 elements a step (21.3-21.8 vs 18.4-18.7 when the
+ * VM's memory was fast, 15.6 vs 14.4-14.7 when slow), and a prefetchnta
+ * 2 KB ahead (20.3-21.9 vs 18.0-21.0). */
 AI float gemv_row_b1(hr_dtype dt, const uint8_t *w, const float *x, int64_t K) {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     const int64_t n32 = K / 32;
