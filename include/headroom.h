@@ -274,7 +274,7 @@ typedef struct {
     hr_dtype kv_dtype;     /* f32, f16 or bf16; HR_DTYPE_COUNT: the device's default
                               (f32 on the cpu, the compute type on cuda) */
     hr_dtype dtype;        /* cuda: compute and storage type of weights, bf16 or f16 */
-    bool exact_matmul;     /* cpu: f32 arithmetic for quantized weights too */
+    bool exact_matmul;     /* cpu: f32 activations for quantized and F16 weights too */
     bool logits_all;       /* keep logits of every prompt row (perplexity) */
     bool attn_naive;       /* cuda: the simple attention kernel, not flash (benchmarks) */
     bool no_graphs;        /* cuda: no CUDA graphs (benchmarks) */

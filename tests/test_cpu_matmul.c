@@ -34,7 +34,11 @@
  *       |y - sum w x - bias| <= that + sum |w| d/2.
  *   Both bounds are checked; the first (tight) one catches a wrong block scale
  *   or a misplaced code that the 8-bit rounding would otherwise hide.
- * F32/F16/BF16 ignore the mode and are held to the EXACT bound in both.
+ *   FAST with F16 weights (calls without quantized parts): the same bounds
+ *     with x^ = f16(x), whose error |x - x^| <= 2^-11 |x| (or 2^-25 for
+ *     subnormal f16) takes the place of d/2.
+ * F32/BF16 ignore the mode and are held to the EXACT bound in both, as is F16
+ * in a call with quantized parts.
  */
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul.h"
@@ -273,6 +277,12 @@ static void run_case(const mm_case *c) {
     double *refh_abs = calloc(nbn + 1, sizeof(double));
     double *qerr = calloc(nbn + 1, sizeof(double));
     const bool legacy_k = K % 32 == 0;
+    bool any_f16 = false, any_quant = false;
+    for (int p = 0; p < c->n_parts; p++) {
+        any_f16 = any_f16 || c->parts[p].t == HR_DTYPE_F16;
+        any_quant = any_quant || hr_dtype_table[c->parts[p].t].is_quant;
+    }
+    const bool f16_fast = any_f16 && !any_quant; /* FAST rounds x to f16 (matmul.h) */
     double *xh = malloc(sizeof(double) * (size_t)K);
     double *dblk = malloc(sizeof(double) * (size_t)(K / 32 + 1));
     for (int64_t b = 0; b < B; b++) {
@@ -281,9 +291,16 @@ static void run_case(const mm_case *c) {
             quantize_ref(xb, K, xh, dblk);
         int64_t col = 0;
         for (int p = 0; p < c->n_parts; p++) {
+            const bool part_f16 = f16_fast && c->parts[p].t == HR_DTYPE_F16;
             for (int64_t r = 0; r < c->parts[p].n_rows; r++, col++) {
                 const float *w = pd[p].w + r * K;
                 double s = 0, sa = 0, sh = 0, sha = 0, qe = 0, amax = 0;
+                for (int64_t k = 0; part_f16 && k < K; k++) {
+                    const double x16 = hr_f16_to_f32(hr_f32_to_f16(xb[k]));
+                    sh += (double)w[k] * x16;
+                    sha += fabs((double)w[k] * x16);
+                    qe += fabs((double)w[k]) * fabs(xb[k] - x16);
+                }
                 for (int64_t k = 0; k < K; k++) {
                     if (k % 32 == 0) {
                         amax = 0;
@@ -292,7 +309,7 @@ static void run_case(const mm_case *c) {
                     }
                     s += (double)w[k] * xb[k];
                     sa += fabs((double)w[k] * xb[k]);
-                    if (legacy_k) {
+                    if (legacy_k && !part_f16) {
                         sh += (double)w[k] * xh[k];
                         sha += (fabs((double)w[k]) + 4 * amax) * fabs(xh[k]);
                         qe += fabs((double)w[k]) * dblk[k / 32] / 2;
@@ -340,7 +357,8 @@ static void run_case(const mm_case *c) {
             int64_t col0 = 0;
             for (int p = 0; p < c->n_parts; p++) {
                 const hr_dtype dt = c->parts[p].t;
-                const bool fast = mode == CPU_MATMUL_FAST && hr_dtype_table[dt].is_quant;
+                const bool fast = mode == CPU_MATMUL_FAST &&
+                                  (hr_dtype_table[dt].is_quant || (dt == HR_DTYPE_F16 && f16_fast));
                 stats *st = &results[level][mode][dt];
                 double worst = 0, worst_tight = 0, worst_loose = 0;
                 int64_t wb = 0, wn = 0;
@@ -615,7 +633,7 @@ int main(void) {
             const stats *e = &results[level][0][t], *f = &results[level][1][t];
             printf("  %-6s %-5s exact %3d checks %.3f  fast %3d checks", cpu_level_name(
                    (cpu_level)level), hr_dtype_name(t), e->n_cases, e->worst_exact, f->n_cases);
-            if (hr_dtype_table[t].is_quant)
+            if (hr_dtype_table[t].is_quant || t == HR_DTYPE_F16)
                 printf(" tight %.3f loose %.3f", f->worst_fast_tight, f->worst_fast_loose);
             else
                 printf(" %.3f", f->worst_exact);

@@ -174,7 +174,8 @@ struct hr_backend {
 
 typedef struct {
     int32_t n_threads;    /* cpu: worker threads (0 = all cores) */
-    bool exact_matmul;    /* cpu: f32 math for quantized weights (no 8-bit activations) */
+    bool exact_matmul;    /* cpu: f32 activations for quantized and F16 weights (none
+                             rounded to 8 or 16 bits; matmul.h's EXACT) */
     int32_t device_index; /* cuda */
     hr_dtype compute;     /* cuda: bf16 or f16, weights and matmul inputs */
     bool attn_naive;      /* cuda: the simple attention kernel instead of flash */

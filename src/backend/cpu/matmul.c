@@ -23,14 +23,17 @@
  * Generic paths (a NULL entry in the level's table): EXACT decode converts a
  * few weight rows to f32 in the thread's scratch and runs the level's F32
  * kernel on them; FAST for a quantized type without integer kernels runs the
- * EXACT kernels on x^ (so its results obey the same FAST contract).
+ * EXACT kernels on x^ (so its results obey the same FAST contract). FAST with
+ * F16 weights rounds x to f16 (x16, and x^ in f32) in step 1; a one-row
+ * decode reads x16 (gemv_fast[F16]), everything else runs the EXACT kernels
+ * on x^, whose 4-row tiles already share each weight load.
  *
  * Prefill with f32 kernels packs the activations once per call into panels
  * (gemm_pack_x), shared by all threads, before any thread starts on weights:
  * packing per weight tile instead cost 7% of a 512x2048x512 product.
  *
  * Scratch (one block, planned by the caller):
- *   [x^: B*K f32] [xq rows: 3 layouts * B * xq_row_bytes]
+ *   [x^: B*K f32] [x16: B*K f16] [xq rows: 3 layouts * B * xq_row_bytes]
  *   [packed x, packed x^: 2 * (B+15) * kpad(K) f32] [per thread: tscratch]
  * Three layouts suffice: decode uses at most NATURAL/QUAD/K4, prefill T32/T16.
  */
@@ -40,6 +43,7 @@
 #include "quant/quant.h"
 #include "util/dtype.h"
 #include "util/error.h"
+#include "util/fp16.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -152,6 +156,13 @@ int cpu_xq_lane(cpu_xq_layout layout, int l) {
     }
 }
 
+void cpu_mm_round_f16_ref(const float *x, int64_t n, uint16_t *x16, float *xh) {
+    for (int64_t i = 0; i < n; i++) {
+        x16[i] = hr_f32_to_f16(x[i]);
+        xh[i] = hr_f16_to_f32(x16[i]);
+    }
+}
+
 void cpu_mm_quantize_ref(const float *x, int64_t K, int64_t k0, int64_t k1,
                          void *const out[CPU_XQ_LAYOUT_COUNT], float *xh) {
     HR_ASSERT(k0 % CPU_XQ_PAD == 0 && k1 % CPU_XQ_PAD == 0 && k1 <= cpu_xq_kp(K));
@@ -244,8 +255,10 @@ static size_t xpack_bytes(int64_t B, int64_t K) {
 size_t cpu_matmul_scratch_bytes(int64_t max_rows_B, int64_t max_K, int n_threads) {
     HR_ASSERT(max_rows_B >= 0 && max_K > 0 && n_threads >= 1);
     size_t xh = align_up((size_t)max_rows_B * (size_t)max_K * sizeof(float));
+    size_t x16 = align_up((size_t)max_rows_B * (size_t)max_K * sizeof(uint16_t));
     size_t xq = MM_XQ_SLOTS * align_up((size_t)max_rows_B * cpu_xq_row_bytes(max_K));
-    return xh + xq + 2 * xpack_bytes(max_rows_B, max_K) + (size_t)n_threads * tscratch_max(max_K);
+    return xh + x16 + xq + 2 * xpack_bytes(max_rows_B, max_K) +
+           (size_t)n_threads * tscratch_max(max_K);
 }
 
 /* ---------------------------------------------------------------- the job */
@@ -265,6 +278,8 @@ typedef struct {
     cpu_mm_args args_xh; /* FAST generic paths: x replaced by x^ */
     /* FAST preparation and prefill packing */
     bool need_quant;
+    bool f16_fast;  /* FAST, F16 parts and no quantized ones: x^ = f16(x) */
+    uint16_t *x16;  /* x^ as f16 when f16_fast */
     float *xpack_x, *xpack_xh; /* NULL when not needed */
     void *xq[CPU_XQ_LAYOUT_COUNT]; /* layout base (row b at + b*xq_row_bytes) */
     float *xh;
@@ -297,19 +312,25 @@ static void gemv_generic(const mm_job *j, const cpu_mm_args *a, const cpu_mat *m
     }
 }
 
+/* Whether a part of dtype t computes on rounded activations in this call. */
+static bool part_fast(cpu_matmul_mode mode, bool f16_fast, hr_dtype t) {
+    return mode == CPU_MATMUL_FAST &&
+           (hr_dtype_table[t].is_quant || (t == HR_DTYPE_F16 && f16_fast));
+}
+
 static void run_chunk(const mm_job *j, int p, int64_t r0, int64_t r1, void *ts) {
     const cpu_mat *m = &j->parts[p];
     const hr_dtype t = m->dtype;
     const cpu_mm_isa *isa = j->isa;
     float *y = j->y + j->part_col[p] + r0;
-    const bool fast = j->mode == CPU_MATMUL_FAST && hr_dtype_table[t].is_quant;
+    const bool fast = part_fast(j->mode, j->f16_fast, t);
 
     if (j->part_gemm[p]) {
         if (fast && isa->gemm_fast[t] != NULL)
             isa->gemm_fast[t](&j->args_x, m, r0, r1, y, j->ldy, ts);
         else
             isa->gemm_exact(fast ? &j->args_xh : &j->args_x, m, r0, r1, y, j->ldy, ts);
-    } else if (fast && isa->gemv_fast[t] != NULL) {
+    } else if (fast && isa->gemv_fast[t] != NULL && (t != HR_DTYPE_F16 || j->B == 1)) {
         isa->gemv_fast[t](&j->args_x, m, r0, r1, y, j->ldy, ts);
     } else {
         const cpu_mm_args *a = fast ? &j->args_xh : &j->args_x;
@@ -344,6 +365,18 @@ static void quantize_rows(mm_job *j, int ith, int nth) {
     }
 }
 
+/* FAST with F16 weights: x16 and x^ for a contiguous share of the B*K
+ * elements, cut at row ends. */
+static void round_rows(mm_job *j, int ith, int nth) {
+    const int64_t n = j->B * j->K, s = n * ith / nth, e = n * (ith + 1) / nth;
+    for (int64_t i = s; i < e;) {
+        const int64_t b = i / j->K, k = i % j->K;
+        const int64_t len = (e - i < j->K - k) ? e - i : j->K - k;
+        j->isa->round_f16(j->x + b * j->ldx + k, len, j->x16 + i, j->xh + i);
+        i += len;
+    }
+}
+
 static void pack_rows(mm_job *j, int ith, int nth) {
     const int64_t mr = j->isa->gemm_mr, n_panels = (j->B + mr - 1) / mr;
     const size_t panel = (size_t)mr * (size_t)cpu_mm_kpad(j->K);
@@ -359,7 +392,10 @@ static void pack_rows(mm_job *j, int ith, int nth) {
 static void mm_task(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
     if (j->need_quant) {
-        quantize_rows(j, ith, nth);
+        if (j->f16_fast)
+            round_rows(j, ith, nth);
+        else
+            quantize_rows(j, ith, nth);
         if (j->pool != NULL)
             cpu_pool_barrier(j->pool);
     }
@@ -411,6 +447,15 @@ void cpu_matmul(cpu_pool *pool, void *scratch, cpu_matmul_mode mode, float *y, i
                 .parts = parts,
                 .n_parts = n_parts};
 
+    /* F16 parts round x to f16 in FAST mode unless a quantized part needs
+     * the 8-bit x^ of the same call */
+    bool any_f16 = false, any_quant = false;
+    for (int p = 0; p < n_parts; p++) {
+        any_f16 = any_f16 || parts[p].dtype == HR_DTYPE_F16;
+        any_quant = any_quant || hr_dtype_table[parts[p].dtype].is_quant;
+    }
+    j.f16_fast = mode == CPU_MATMUL_FAST && any_f16 && !any_quant;
+
     int64_t N = 0;
     for (int p = 0; p < n_parts; p++) {
         const cpu_mat *m = &parts[p];
@@ -436,8 +481,11 @@ void cpu_matmul(cpu_pool *pool, void *scratch, cpu_matmul_mode mode, float *y, i
         if (parts[p].n_rows == 0)
             continue;
         const bool gemm = j.part_gemm[p];
-        if (mode != CPU_MATMUL_FAST || !hr_dtype_table[t].is_quant) {
+        if (!part_fast(mode, j.f16_fast, t)) {
             need_pack_x = need_pack_x || gemm;
+        } else if (t == HR_DTYPE_F16) { /* x16 and x^, made together */
+            need_xh = true;
+            need_pack_xh = need_pack_xh || gemm;
         } else if (gemm && isa->gemm_fast[t] != NULL) {
             need_layout[isa->gemm_fast_layout[t]] = true;
         } else if (!gemm && isa->gemv_fast[t] != NULL) {
@@ -454,6 +502,9 @@ void cpu_matmul(cpu_pool *pool, void *scratch, cpu_matmul_mode mode, float *y, i
     if (need_xh)
         j.xh = (float *)(void *)s;
     s += align_up((size_t)B * (size_t)K * sizeof(float));
+    if (need_xh && j.f16_fast)
+        j.x16 = (uint16_t *)(void *)s;
+    s += align_up((size_t)B * (size_t)K * sizeof(uint16_t));
     int slot = 0;
     for (int l = 0; l < CPU_XQ_LAYOUT_COUNT; l++) {
         if (!need_layout[l])
@@ -476,7 +527,7 @@ void cpu_matmul(cpu_pool *pool, void *scratch, cpu_matmul_mode mode, float *y, i
     j.tscratch_bytes = tscratch_max(K);
 
     j.args_x = (cpu_mm_args){.B = B, .K = K, .x = x, .ldx = ldx, .mode = mode,
-                             .xq_row_bytes = j.xq_row_bytes};
+                             .x16 = j.x16, .xq_row_bytes = j.xq_row_bytes};
     for (int l = 0; l < CPU_XQ_LAYOUT_COUNT; l++)
         j.args_x.xq[l] = j.xq[l];
     j.args_x.xpack = j.xpack_x;

@@ -827,6 +827,17 @@ static size_t tscratch_bytes(int64_t max_K) {
     return gemm_tscratch();
 }
 
+/* FAST with F16 weights: F16C rounds to nearest even, the reference's rule. */
+static void round_f16(const float *x, int64_t n, uint16_t *x16, float *xh) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128((__m128i *)(void *)(x16 + i), h);
+        _mm256_storeu_ps(xh + i, _mm256_cvtph_ps(h));
+    }
+    cpu_mm_round_f16_ref(x + i, n - i, x16 + i, xh + i);
+}
+
 const cpu_mm_isa cpu_mm_isa_avx2 = {
     .name = "avx2",
     .gemv_exact =
@@ -866,6 +877,7 @@ const cpu_mm_isa cpu_mm_isa_avx2 = {
             [HR_DTYPE_Q5_K] = CPU_XQ_PLAIN, [HR_DTYPE_Q6_K] = CPU_XQ_PLAIN,
         },
     .quantize = quantize,
+    .round_f16 = round_f16,
     .gemm_exact = gemm_exact,
     .gemm_min_B_exact = 64,
     .gemm_min_B_fast = INT64_MAX, /* no integer GEMM: FAST prefill is gemm_exact on x^ */

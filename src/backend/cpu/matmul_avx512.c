@@ -883,6 +883,49 @@ static size_t tscratch_bytes(int64_t max_K) {
     return a > b ? a : b;
 }
 
+/* FAST with F16 weights: vcvtps2ph rounds to nearest even, the reference's
+ * rule. */
+static void round_f16(const float *x, int64_t n, uint16_t *x16, float *xh) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes16((int)(n - i < 16 ? n - i : 16));
+        const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_mask_storeu_epi16(x16 + i, m, h);
+        _mm512_mask_storeu_ps(xh + i, m, _mm512_cvtph_ps(h));
+    }
+}
+
+/* FAST decode of F16 weights for one activation row, read as f16 (x16): the
+ * sums of gemv_row_b1 on x^, with half its activation bytes. */
+static void gemv_fast_f16(const cpu_mm_args *a, const cpu_mat *m, int64_t r0, int64_t r1,
+                          float *y, int64_t ldy, void *ts) {
+    (void)ldy, (void)ts;
+    HR_ASSERT(a->B == 1 && a->x16 != NULL);
+    const int64_t K = a->K, n32 = K / 32;
+    const uint16_t *x = a->x16;
+    const uint16_t *w = (const uint16_t *)m->data + (size_t)r0 * (size_t)K;
+    for (int64_t r = r0; r < r1; r++, w += K) {
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+        for (int64_t j = 0; j < n32; j++) {
+            const __m256i *wp = (const __m256i *)(const void *)(w + 32 * j);
+            const __m256i *xp = (const __m256i *)(const void *)(x + 32 * j);
+            acc0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(wp)),
+                                   _mm512_cvtph_ps(_mm256_loadu_si256(xp)), acc0);
+            acc1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(wp + 1)),
+                                   _mm512_cvtph_ps(_mm256_loadu_si256(xp + 1)), acc1);
+        }
+        if (K % 32 != 0) {
+            const int64_t k = n32 * 32;
+            const int rem = (int)(K - k);
+            const __mmask16 m0 = lanes16(rem), m1 = lanes16(rem - 16);
+            acc0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, w + k)),
+                                   _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, x + k)), acc0);
+            acc1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, w + k + 16)),
+                                   _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, x + k + 16)), acc1);
+        }
+        y[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    }
+}
+
 const cpu_mm_isa cpu_mm_isa_avx512 = {
     .name = "avx512",
     .gemv_exact =
@@ -907,6 +950,7 @@ const cpu_mm_isa cpu_mm_isa_avx512 = {
         },
     .gemv_fast =
         {
+            [HR_DTYPE_F16] = gemv_fast_f16,
             [HR_DTYPE_Q8_0] = cpu_mm_avx512_gemv_fast, [HR_DTYPE_Q4_0] = cpu_mm_avx512_gemv_fast,
             [HR_DTYPE_Q4_1] = cpu_mm_avx512_gemv_fast, [HR_DTYPE_Q5_0] = cpu_mm_avx512_gemv_fast,
             [HR_DTYPE_Q5_1] = cpu_mm_avx512_gemv_fast, [HR_DTYPE_Q2_K] = cpu_mm_avx512_gemv_fast,
@@ -922,6 +966,7 @@ const cpu_mm_isa cpu_mm_isa_avx512 = {
             [HR_DTYPE_Q5_K] = CPU_XQ_K4, [HR_DTYPE_Q6_K] = CPU_XQ_NATURAL,
         },
     .quantize = cpu_mm_avx512_quantize,
+    .round_f16 = round_f16,
     .gemm_exact = gemm_exact,
     .gemm_fast =
         {

@@ -47,6 +47,7 @@ const cpu_mm_isa cpu_mm_isa_ref = {
     .name = "ref",
     .gemv_exact = {[HR_DTYPE_F32] = gemv_f32},
     .quantize = cpu_mm_quantize_ref,
+    .round_f16 = cpu_mm_round_f16_ref,
     .gemm_min_B_exact = INT64_MAX,
     .gemm_min_B_fast = INT64_MAX,
     .gemm_max_rows = 1,
