@@ -28,8 +28,9 @@
  *                     F16 weights: x^ = x rounded to f16 (to nearest even),
  *                     as llama.cpp computes with F16 weights; a decode of one
  *                     row reads x^ as f16, half the bytes of f32 activations
- *                     next to the weight stream (TinyLlama F16 decode +5-20%
- *                     on a Zen 4 VM, 2026-11-30). A call whose parts mix F16
+ *                     next to the weight stream (TinyLlama F16 decode on a
+ *                     2-core Zen 4 VM, 2026-11-30: +15-24% while its memory
+ *                     ran fast, even while slow). A call whose parts mix F16
  *                     with quantized weights runs its F16 parts EXACT (one x^
  *                     per call). F32/BF16 weights ignore the mode.
  *   (ggml quantizes activations for K-quants per 256 elements (Q8_K); headroom
