@@ -303,12 +303,13 @@ static void run_shape(const shape *sh, bool naive) {
         go->matmul(gb, &G.gu, &G.xb, G.wgu, 8);
         compare("matmul gu", sh, &C, &G, &C.gu, &G.gu, false, 8, 1e-4, 1e-4, 1e-8);
         free(xin);
-        /* a step of max_rows (256) */
-        xin = rand_vec(256 * sh->D, 1.0f, ck);
-        write_both(&C, &G, &C.xb, &G.xb, true, 256, xin);
-        co->matmul(cb, &C.gu, &C.xb, C.wgu, 256);
-        go->matmul(gb, &G.gu, &G.xb, G.wgu, 256);
-        compare("matmul tall", sh, &C, &G, &C.gu, &G.gu, false, 256, 1e-4, 1e-4, 1e-8);
+        /* a step of max_rows */
+        const int64_t T = cfg.max_rows;
+        xin = rand_vec(T * sh->D, 1.0f, ck);
+        write_both(&C, &G, &C.xb, &G.xb, true, T, xin);
+        co->matmul(cb, &C.gu, &C.xb, C.wgu, T);
+        go->matmul(gb, &G.gu, &G.xb, G.wgu, T);
+        compare("matmul tall", sh, &C, &G, &C.gu, &G.gu, false, T, 1e-4, 1e-4, 1e-8);
         free(xin);
 
         /* both pair layouts (the pools they also fill are checked through
