@@ -275,6 +275,9 @@ typedef struct {
                               (f32 on the cpu, the compute type on cuda) */
     hr_dtype dtype;        /* cuda: compute and storage type of weights, bf16 or f16 */
     bool exact_matmul;     /* cpu: f32 activations for quantized and F16 weights too */
+    bool use_mmap;         /* cpu: read the weight matrices from the file mapping instead of
+                              copying them into huge-page memory (faster load, slower
+                              decode: a TLB miss every 4 KiB of weights) */
     bool logits_all;       /* keep logits of every prompt row (perplexity) */
     bool attn_naive;       /* cuda: the simple attention kernel, not flash (benchmarks) */
     bool no_graphs;        /* cuda: no CUDA graphs (benchmarks) */
@@ -298,9 +301,10 @@ typedef struct {
     int32_t n_ctx;        /* tokens per sequence */
     int32_t n_seq_max;    /* sequences */
     /* bytes, by part */
-    uint64_t weights;     /* as the device stores them (cpu: the norms and biases it copies;
-                             the matrices stay in the file mapping: weights_mapped) */
-    uint64_t weights_mapped; /* cpu: bytes of the file the weights are read from */
+    uint64_t weights;     /* as the device stores them (cpu: the norms and biases in f32;
+                             the matrices are weights_mapped) */
+    uint64_t weights_mapped; /* cpu: the weights as stored in the file, which the backend
+                                copies (or, with use_mmap, reads in the mapping) */
     uint64_t kv;          /* the KV pool: n_seq_max sequences of n_ctx tokens */
     uint64_t kv_per_token;   /* one token, all layers, K and V */
     uint64_t kv_per_seq;     /* one sequence of n_ctx tokens */

@@ -40,6 +40,7 @@ static void exact_on_cpu(const hr_model *m) {
                  {33, 1, 333, HR_DTYPE_F32}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         hr_engine_params p = cpu_params(cases[i].ctx, cases[i].seqs, cases[i].batch, cases[i].kv);
+        p.use_mmap = i % 2 == 1; /* the matrices read in the mapping, or copied */
         hr_error err;
         hr_plan pl;
         CHECK_OK(hr_plan_compute(m, &p, &pl, &err), &err);
@@ -55,6 +56,7 @@ static void exact_on_cpu(const hr_model *m) {
         CHECK_EQ_I64(r.workspace, pl.workspace);
         CHECK(pl.fits && pl.total <= pl.budget);
         CHECK_EQ_I64(pl.kv, (int64_t)pl.kv_per_seq * cases[i].seqs);
+        CHECK(p.use_mmap ? pl.weights_mapped > 0 : pl.weights_mapped == 0);
         hr_engine_free(e);
     }
 }

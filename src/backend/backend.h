@@ -186,6 +186,9 @@ typedef struct {
     uint64_t arena_bytes; /* cuda: the planned device bytes, taken in one allocation (0:
                              one cudaMalloc per piece, for tests) */
     uint64_t host_cap;    /* cpu: refuse allocations past this many bytes (0: no cap) */
+    uint64_t weight_copy_bytes; /* cpu: copy the weight matrices into this much huge-page
+                                   memory (hr_alloc_pages), dropping the file pages they
+                                   came from (0: read them where the model keeps them) */
 } be_params;
 
 hr_status backend_cpu_create(const hr_model_info *info, const be_params *p, hr_backend **out,

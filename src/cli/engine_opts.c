@@ -54,6 +54,9 @@ void cli_engine_help(FILE *f) {
                "  --exact            cpu: f32 activations for quantized and f16 weights\n"
                "                     (not rounded to 8 or 16 bits): slower, matches the\n"
                "                     reference closely\n"
+               "  --mmap             cpu: read the weights from the file mapping instead of\n"
+               "                     copying them into huge-page memory: faster start,\n"
+               "                     slower decode\n"
                "  --mem SIZE         memory budget: 8GiB, 12GB, 90%% (default: the device's\n"
                "                     free memory less a reserve)\n"
                "  --parallel N       sequences served together (default 1)\n"
@@ -114,6 +117,8 @@ int cli_engine_option(int argc, char **argv, int *i, cli_engine_opts *o) {
         }
     } else if (strcmp(a, "--exact") == 0) {
         o->ep.exact_matmul = true;
+    } else if (strcmp(a, "--mmap") == 0) {
+        o->ep.use_mmap = true;
     } else if (strcmp(a, "--mem-report") == 0) {
         o->mem_report = true;
     } else if (strcmp(a, "--mem") == 0) {

@@ -21,6 +21,7 @@
  */
 #include "engine/engine.h"
 
+#include "model/llama.h"
 #include "model/model.h"
 #include "util/alloc.h"
 #include "util/log.h"
@@ -175,6 +176,10 @@ void engine_config(const hr_model *m, const hr_engine_params *p, be_config *cfg,
                       .no_graphs = p->no_graphs,
                       .progress = p->progress,
                       .skip_upload = p->skip_upload};
+    /* cpu: the matrices leave the file mapping for huge-page memory, unless
+     * asked not to (a synthetic model's weights are its own memory already) */
+    if (p->device == HR_DEVICE_CPU && !p->use_mmap && (m->gguf != NULL || m->st != NULL))
+        bp->weight_copy_bytes = llama_weight_copy_bytes(m);
 }
 
 static const char *gib(uint64_t n, char *buf, size_t cap) {

@@ -38,7 +38,7 @@ static void plan_at(const hr_model *m, const hr_engine_params *p, hr_plan *out) 
     out->n_ctx = p->n_ctx;
     out->n_seq_max = p->n_seq_max;
     out->weights = mem.weights;
-    out->weights_mapped = d == SIZES_CPU ? m->info.weight_bytes : 0;
+    out->weights_mapped = d == SIZES_CPU && bp.weight_copy_bytes == 0 ? m->info.weight_bytes : 0;
     out->kv = mem.kv;
     out->kv_per_token = sizes_kv_per_token(d, &m->info, p->kv_dtype);
     out->kv_per_seq = out->kv_per_token * (uint64_t)cfg.max_blocks_per_seq *
@@ -188,7 +188,9 @@ hr_status hr_plan_compute(const hr_model *m, const hr_engine_params *params, hr_
                 uint64_t wb;
                 if (!hr_model_weight_bytes_as(m, quant[i], &wb))
                     continue;
-                uint64_t total = plan.total - plan.weights_mapped + wb;
+                const uint64_t file_weights =
+                    plan.weights_mapped ? plan.weights_mapped : llama_weight_copy_bytes(m);
+                uint64_t total = plan.total - file_weights + wb;
                 if (total <= budget) {
                     plan.fit_weights = quant[i];
                     plan.fit_weights_total = total;

@@ -53,9 +53,16 @@ uint64_t sizes_weight(sizes_device d, const model_tensor *const *parts,
         bias |= biases && biases[i];
     }
     uint64_t b = bias ? sizes_align(rows * 4, align_of(d)) : 0;
-    if (d == SIZES_CPU) /* the matrix stays in the mapping; the struct is small */
+    if (d == SIZES_CPU) /* the matrices: sizes_weight_copy or the mapping */
         return b + sizes_align(256, SIZES_CPU_ALIGN);
     return b + sizes_align(rows * (uint64_t)parts[0]->ne[0] * 2, SIZES_CUDA_ALIGN);
+}
+
+uint64_t sizes_weight_copy(const model_tensor *const *parts, int n_parts) {
+    uint64_t n = 0;
+    for (int i = 0; i < n_parts; i++)
+        n += sizes_align(parts[i]->n_bytes, SIZES_CPU_ALIGN);
+    return n;
 }
 
 uint64_t sizes_vector(sizes_device d, const model_tensor *t) {

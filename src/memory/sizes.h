@@ -34,6 +34,9 @@ uint64_t sizes_tensor(sizes_device d, int64_t rows, int64_t cols, bool matmul_in
 /* A weight made of n_parts stacked matrices (biases optional, per part). */
 uint64_t sizes_weight(sizes_device d, const model_tensor *const *parts,
                       const model_tensor *const *biases, int n_parts);
+/* A weight's matrices as the CPU backend copies them (be_params
+ * weight_copy_bytes): each part at a 64-byte boundary. */
+uint64_t sizes_weight_copy(const model_tensor *const *parts, int n_parts);
 /* A norm vector. */
 uint64_t sizes_vector(sizes_device d, const model_tensor *t);
 /* The K and V pools together. */

@@ -195,6 +195,7 @@ fail:
 
 typedef struct {
     sizes_device d;
+    bool copy; /* cpu: the matrices are copied (be_params.weight_copy_bytes) */
     uint64_t weights;
     int64_t max_k;
 } plan_ctx;
@@ -205,6 +206,8 @@ static hr_status plan_weight(void *ctx, const weight_spec *w) {
                                             ? w->biases
                                             : NULL;
     p->weights += sizes_weight(p->d, w->parts, biases, w->n_parts);
+    if (p->copy)
+        p->weights += sizes_weight_copy(w->parts, w->n_parts);
     p->max_k = w->parts[0]->ne[0] > p->max_k ? w->parts[0]->ne[0] : p->max_k;
     return HR_OK;
 }
@@ -215,10 +218,26 @@ static hr_status plan_vector(void *ctx, const vector_spec *v) {
     return HR_OK;
 }
 
+static hr_status copy_bytes_weight(void *ctx, const weight_spec *w) {
+    *(uint64_t *)ctx += sizes_weight_copy(w->parts, w->n_parts);
+    return HR_OK;
+}
+
+static hr_status copy_bytes_vector(void *ctx, const vector_spec *v) {
+    (void)ctx, (void)v;
+    return HR_OK;
+}
+
+uint64_t llama_weight_copy_bytes(const hr_model *m) {
+    uint64_t n = 0;
+    each_weight(m, NULL, copy_bytes_weight, copy_bytes_vector, &n); /* never fail */
+    return n;
+}
+
 void llama_plan(const hr_model *m, sizes_device d, const be_params *bp, const be_config *cfg,
                 be_memory *out) {
     const hr_model_info *in = &m->info;
-    plan_ctx pc = {.d = d};
+    plan_ctx pc = {.d = d, .copy = d == SIZES_CPU && bp->weight_copy_bytes > 0};
     each_weight(m, NULL, plan_weight, plan_vector, &pc); /* the callbacks never fail */
     tensor_spec ts[9];
     int n_ts = tensor_specs(in, cfg, NULL, ts);

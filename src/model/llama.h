@@ -16,6 +16,10 @@ hr_status llama_create(const hr_model *m, hr_backend *be, const be_config *cfg, 
                        hr_error *err);
 void llama_free(llama *lm);
 
+/* The bytes of the matrices llama_create passes to weight_create, as the
+ * CPU backend copies them (sizes_weight_copy): its be_params.weight_copy_bytes. */
+uint64_t llama_weight_copy_bytes(const hr_model *m);
+
 /* The bytes llama_create would have the backend allocate, by part
  * (weights, kv, activations, workspace), without allocating anything: the
  * same list of weights and tensors, sized by memory/sizes.h. m may be a

@@ -38,7 +38,7 @@ void hr_model_free(hr_model *m) {
     hr_tokenizer_free(m->tok);
     hr_free(m->chat_template);
     hr_free(m->path);
-    hr_free(m->synthetic_data);
+    hr_free_pages(m->synthetic_data, m->synthetic_bytes);
     hr_free(m);
 }
 

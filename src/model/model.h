@@ -61,6 +61,7 @@ struct hr_model {
     char *chat_template;
     char *path;
     uint8_t *synthetic_data;         /* owned weight bytes of a synthetic model */
+    size_t synthetic_bytes;          /* its size (hr_alloc_pages) */
 };
 
 const model_tensor *model_find_tensor(const hr_model *m, const char *name);

@@ -210,7 +210,8 @@ hr_status hr_model_synthetic(const char *shape, hr_dtype weights, const hr_model
         uint64_t total = 0;
         for (int32_t i = 0; i < m->n_tensors; i++)
             total += (m->tensors[i].n_bytes + 63) / 64 * 64;
-        m->synthetic_data = hr_malloc_aligned((size_t)total, 64);
+        m->synthetic_data = hr_alloc_pages((size_t)total);
+        m->synthetic_bytes = (size_t)total;
         if (!m->synthetic_data) {
             s = hr_err_set(err, HR_ERR_NOMEM,
                            "synthetic model: cannot allocate %llu bytes of weights",

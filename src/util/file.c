@@ -61,6 +61,16 @@ void hr_file_unmap(hr_mapped_file *f) {
     memset(f, 0, sizeof *f);
 }
 
+void hr_file_drop_pages(const void *p, size_t n_bytes) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1);
+    const uintptr_t hi = ((uintptr_t)p + n_bytes) & ~(page - 1);
+    /* MADV_DONTNEED on a private file mapping never written: the pages
+     * come back from the file; failure only leaves them resident */
+    if (hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 hr_status hr_file_read_all(const char *path, size_t max_bytes, char **out, size_t *out_len,
                            hr_error *err) {
     FILE *fp = fopen(path, "rb");

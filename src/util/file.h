@@ -1,7 +1,8 @@
 /*
  * file.h — read-only memory maps and whole-file reads.
  *
- * Model weights are never copied on the host: tensors point into a mapping.
+ * Model tensors point into a mapping (the CPU backend may copy the matrices
+ * into huge-page memory and drop the mapped pages: hr_file_drop_pages).
  * Small text files (JSON configs) are read whole, with a size cap so a
  * hostile file cannot make us allocate gigabytes.
  */
@@ -22,6 +23,10 @@ typedef struct {
 
 hr_status hr_file_map(const char *path, hr_mapped_file *out, hr_error *err);
 void hr_file_unmap(hr_mapped_file *f);
+/* Drops the whole pages inside [p, p + n_bytes) of a mapping made by
+ * hr_file_map from this process's memory; the page cache keeps them and a
+ * later read faults them back in, unchanged. For data copied elsewhere. */
+void hr_file_drop_pages(const void *p, size_t n_bytes);
 
 /* Reads the file into a NUL-terminated buffer (owned by caller, hr_free).
  * Files larger than max_bytes are refused with HR_ERR_FORMAT. */

@@ -3,13 +3,17 @@
  * KV pool, workspaces) and the ops table. The ops live one per file.
  *
  * Everything is allocated at setup through hr_malloc (counted, so tests can
- * prove a step allocates nothing) and freed with the backend.
+ * prove a step allocates nothing) and freed with the backend; the weight
+ * matrices, unless the engine says to read them in the file mapping, are
+ * copied into one huge-page block (hr_alloc_pages): TinyLlama Q4_0 decode
+ * 5-12% faster than from the mapping's 4 KiB pages (2-core Zen 4 VM).
  */
 #include "backend/cpu/cpu_backend.h"
 
 #include "memory/sizes.h"
 #include "quant/quant.h"
 #include "util/alloc.h"
+#include "util/file.h"
 #include "util/fp16.h"
 
 #include <string.h>
@@ -45,6 +49,7 @@ static void cpu_free(hr_backend *b) {
     for (int32_t i = 0; i < c->n_owned; i++)
         hr_free(c->owned[i]);
     hr_free(c->owned);
+    hr_free_pages(c->weight_copy, c->weight_copy_cap);
     cpu_pool_free(c->pool);
     hr_free(c);
 }
@@ -52,6 +57,24 @@ static void cpu_free(hr_backend *b) {
 static hr_status nomem(hr_error *err, const char *what, size_t n) {
     return hr_err_set(err, HR_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes for %s", n,
                       what);
+}
+
+/* One matrix into the weight copy, 64-byte aligned; the file pages it came
+ * from leave the process (the page cache keeps them), so resident memory
+ * holds the weights once, not twice. */
+static hr_status copy_part(cpu_backend *c, const model_tensor *t, const uint8_t **out,
+                           hr_error *err) {
+    const size_t at = c->weight_copy_used, n = (size_t)sizes_weight_copy(&t, 1);
+    if (n > c->weight_copy_cap - at)
+        return hr_err_set(err, HR_ERR_NOMEM,
+                          "cpu backend: %s does not fit the planned weight copy (%zu of %zu "
+                          "bytes used)",
+                          t->name, at, c->weight_copy_cap);
+    memcpy(c->weight_copy + at, t->data, t->n_bytes);
+    hr_file_drop_pages(t->data, t->n_bytes);
+    c->weight_copy_used = at + n;
+    *out = c->weight_copy + at;
+    return HR_OK;
 }
 
 /* A vector (norm weight or bias) of any float type into f32. */
@@ -73,7 +96,10 @@ static hr_status cpu_weight_create(hr_backend *b, const model_tensor *const *par
     bool any_bias = false;
     for (int i = 0; i < n_parts; i++) {
         HR_ASSERT(parts[i]->ne[0] == w->k);
-        w->parts[i] = (cpu_mat){.dtype = parts[i]->dtype, .data = parts[i]->data,
+        const uint8_t *data = parts[i]->data;
+        if (c->weight_copy)
+            HR_TRY(copy_part(c, parts[i], &data, err));
+        w->parts[i] = (cpu_mat){.dtype = parts[i]->dtype, .data = data,
                                 .n_rows = parts[i]->ne[1]};
         w->n_rows += parts[i]->ne[1];
         any_bias |= biases && biases[i];
@@ -222,7 +248,7 @@ static hr_status cpu_end_step(hr_backend *b, const be_tensor *logits, float *hos
  * what the backend holds is norms, biases, activations, KV and workspaces. */
 static void cpu_memory(const hr_backend *b, be_memory *out) {
     const cpu_backend *c = (const cpu_backend *)b;
-    *out = (be_memory){.weights = c->vector_bytes, .kv = c->kv_bytes,
+    *out = (be_memory){.weights = c->vector_bytes + c->weight_copy_used, .kv = c->kv_bytes,
                        .activations = c->activation_bytes, .workspace = c->workspace_bytes};
 }
 
@@ -280,8 +306,20 @@ hr_status backend_cpu_create(const hr_model_info *info, const be_params *p, hr_b
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         n = cores > 0 ? (int)cores : 1;
     }
+    if (p->weight_copy_bytes > 0) {
+        c->weight_copy_cap = (size_t)p->weight_copy_bytes;
+        c->weight_copy = hr_alloc_pages(c->weight_copy_cap);
+        if (!c->weight_copy) {
+            hr_free(c);
+            return hr_err_set(err, HR_ERR_NOMEM,
+                              "cpu backend: cannot allocate %zu bytes for the weights (--mmap "
+                              "reads them from the file instead)",
+                              c->weight_copy_cap);
+        }
+    }
     hr_status s = cpu_pool_create(n, &c->pool, err);
     if (s != HR_OK) {
+        hr_free_pages(c->weight_copy, c->weight_copy_cap);
         hr_free(c);
         return s;
     }

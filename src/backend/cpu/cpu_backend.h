@@ -48,6 +48,8 @@ typedef struct {
     int64_t att_scratch_per_thread;
     size_t vector_bytes, activation_bytes, kv_bytes, workspace_bytes; /* for memory() */
     uint64_t host_cap, owned_bytes; /* the planned cap, and what own() has taken */
+    uint8_t *weight_copy;             /* the matrices, copied (be_params.weight_copy_bytes) */
+    size_t weight_copy_cap, weight_copy_used;
     void **owned;          /* every other allocation of this backend */
     int32_t n_owned, cap_owned;
 } cpu_backend;
