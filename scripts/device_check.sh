@@ -5,11 +5,11 @@
 #   GEMV/sampling kernels against float64, whole models against the float32
 #   references), then the benchmarks, then transformers on the same shape.
 # Results go to $OUT (JSON lines for bench/results/), a short table last.
-#   scripts/device_check.sh [checks] [bench] [hf] [sweep] [profile] [ablate]
-#   (default: the first four; profile: GPU time per op and rows of the step
+#   scripts/device_check.sh [checks] [bench] [hf] [compiled] [sweep] [profile] [ablate]
+#   (default: checks bench hf sweep; profile: GPU time per op and rows of the step
 #   for prefills of 512 and 2048 and a batch of 64, eager steps, from
 #   HEADROOM_CUDA_PROFILE; ablate: batch-1 decode again without programmatic
-#   dependent launch)
+#   dependent launch; compiled: transformers with static cache + torch.compile)
 set -u
 cd "$(dirname "$0")/.."
 D=$PWD/.dev/device
@@ -66,6 +66,11 @@ if [[ $what == *hf* ]]; then
   echo "== transformers, same shape"
   $T 150 python3 tools/hf_bench.py --shape llama2-7b --prompt 128 --gen 256 --attn eager,sdpa \
      --headroom-json $OUT/bench.jsonl 2>&1 | grep -v Warning | tee $OUT/hf.txt
+fi
+if [[ $what == *compiled* ]]; then
+  echo "== transformers static cache + torch.compile (minutes of compilation)"
+  $T 420 python3 tools/hf_bench.py --shape llama2-7b --prompt 128 --gen 256 --attn none \
+     --compile --headroom-json $OUT/bench.jsonl 2>&1 | grep -v Warning | tee $OUT/hf_compiled.txt
 fi
 for f in bench ablate; do
   [[ -f $OUT/$f.jsonl ]] || continue

@@ -10,6 +10,7 @@ with CUDA synchronisation around each phase.
 
   python3 tools/hf_bench.py --shape llama2-7b --prompt 128 --gen 256 \
       --attn eager,sdpa [--compile] --headroom-json results.jsonl
+  (--attn none --compile: the compiled variant alone)
 
 --compile adds transformers' static cache + torch.compile (CUDA graphs):
 minutes of compilation on a 7B model. With --headroom-json (JSON lines that
@@ -75,7 +76,8 @@ def main():
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--headroom-json")
     a = ap.parse_args()
-    rows = [run(a.shape, at, a.prompt, a.gen, False) for at in a.attn.split(",")]
+    rows = [run(a.shape, at, a.prompt, a.gen, False) for at in a.attn.split(",")
+            if at != "none"]
     if a.compile:
         rows.append(run(a.shape, "sdpa", a.prompt, a.gen, True))
     hr = None
