@@ -1,10 +1,10 @@
 /*
  * attention_check.cu — device check of src/backend/cuda/attention.cu: every
- * path (flash decode, flash prefill, naive, and the naive fallback for head
- * sizes without a flash instance) against a double-precision reference
- * computed here, on random data laid out like the engine's: KV pools
- * (NB, Hkv, BS, Dh) with shuffled block tables, q inside a padded qkv row,
- * a padded output.
+ * path (flash decode, flash prefill with narrow and wide tiles, naive, and
+ * the naive fallback for head sizes without a flash instance) against a
+ * double-precision reference computed here, on random data laid out like
+ * the engine's: KV pools (NB, Hkv, BS, Dh) with shuffled block tables, q
+ * inside a padded qkv row, a padded output.
  *
  * Traps: positions past each sequence's context, unused blocks, the k/v
  * columns of qkv and every output element start as NaN, so a read outside
@@ -15,7 +15,9 @@
  * Error: max |gpu - ref| over the checked elements, and that over max |ref|
  * ("rel"), against 1e-2: bf16 holds 8 bits (output rounding alone is 2^-9 =
  * 2e-3 relative), and prefill also rounds q and P to ck for the tensor cores.
- * Long segments check a sample of rows (tile edges, first, last, every 37th).
+ * Segments over 160 rows check a sample of rows (tile edges, first, last,
+ * every 37th). Timed prefill cases come in pairs, t64 and t128, to show the
+ * narrow and the wide kernel side by side.
  *
  * Build and run on the device (repository root):
  *   nvcc -arch=sm_90 -std=c++17 -O3 -I src -I include tests/cuda/attention_check.cu \
@@ -50,8 +52,10 @@ enum { PATH_FLASH, PATH_NAIVE };
 /* TIMED: time the launch. GRAPH: capture the launch in a CUDA graph while
  * every position is 0, then replay it at other positions (the decode graph
  * of the engine: fixed grid, contexts read at run time); the first use of
- * its kernel instance is inside the capture. */
-enum { TIMED = 1, GRAPH = 2 };
+ * its kernel instance is inside the capture. T64, T128: prefill tiles of
+ * CK_ATT_TILE or CK_ATT_TILE_WIDE rows (the narrow or the wide kernel);
+ * without either, the backend's rule (ck_attention_tile_rows) picks. */
+enum { TIMED = 1, GRAPH = 2, T64 = 4, T128 = 8 };
 enum { SEG_DEC, SEG_PRE };
 
 typedef struct {
@@ -118,8 +122,35 @@ static const case_spec cases[] = {
     {"dh96 prefill 24:8", 24, 8, 96, 16, CK_F16, PATH_FLASH, 0, 0, 0, 2, {P(63, 63), P(700, 300)}},
     {"fallback dh256 prefill", 8, 1, 256, 16, CK_BF16, PATH_FLASH, 0, 0, 0, 2, {P(137, 37), P(300, 100)}},
     {"mixed step llama3-8b", 32, 8, 128, 16, CK_BF16, PATH_FLASH, 0, 0, 0, 5, {D(4100), P(137, 37), D(17), P(600, 100), D(1)}},
-    {"llama2-7b prefill 2048", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED, 1, {P(2048, 2048)}},
+    /* prefill, flash, wide tiles (two row blocks per warp) */
+    {"llama2-7b prefill wide", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, T128, 4, {P(1, 1), P(137, 37), P(1100, 1100), P(2048, 2048)}},
+    {"llama3-8b prefill wide", 32, 8, 128, 16, CK_BF16, PATH_FLASH, 0, 0, T128, 4, {P(160, 160), P(1612, 1100), P(2048, 2048), P(3000, 129)}},
+    {"llama2-7b prefill wide f16", 32, 32, 128, 16, CK_F16, PATH_FLASH, 0, 0, T128, 2, {P(150, 150), P(2048, 2048)}},
+    {"llama3-8b prefill wide f16 BS32", 32, 8, 128, 32, CK_F16, PATH_FLASH, 0, 0, T128, 3, {P(137, 37), P(1100, 1100), P(700, 300)}},
+    {"smollm2 prefill wide", 9, 3, 64, 16, CK_BF16, PATH_FLASH, 0, 0, T128, 4, {P(1, 1), P(137, 37), P(1100, 1100), P(2048, 2048)}},
+    {"dh64 prefill wide 32:32 f16 BS32", 32, 32, 64, 32, CK_F16, PATH_FLASH, 0, 0, T128, 3, {P(160, 160), P(1100, 1100), P(2048, 2048)}},
+    {"dh64 prefill wide 32:8", 32, 8, 64, 16, CK_BF16, PATH_FLASH, 0, 0, T128, 2, {P(700, 300), P(1100, 1100)}},
+    {"smollm2 prefill wide BS8", 9, 3, 64, 8, CK_BF16, PATH_FLASH, 0, 0, T128, 2, {P(137, 37), P(700, 300)}},
+    {"dh80 prefill wide 32:32", 32, 32, 80, 16, CK_BF16, PATH_FLASH, 0, 0, T128, 2, {P(65, 65), P(1100, 1100)}},
+    {"dh96 prefill wide 24:8", 24, 8, 96, 16, CK_F16, PATH_FLASH, 0, 0, T128, 2, {P(63, 63), P(1100, 1100)}},
+    {"fallback dh256 prefill wide", 8, 1, 256, 16, CK_BF16, PATH_FLASH, 0, 0, T128, 2, {P(137, 37), P(300, 200)}},
+    {"mixed step wide llama3-8b", 32, 8, 128, 16, CK_BF16, PATH_FLASH, 0, 0, T128, 5, {D(4100), P(137, 37), D(17), P(1300, 1100), D(1)}},
+    {"graph dh80 prefill wide f16", 16, 4, 80, 16, CK_F16, PATH_FLASH, 0, 0, GRAPH | T128, 2, {D(200), P(300, 200)}},
+    /* prefill timings: narrow (t64) and wide (t128) tiles side by side;
+     * "after 6144": a 2048-row chunk at positions 6144 .. 8191 */
     {"llama2-7b prefill 512", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED, 1, {P(512, 512)}},
+    {"llama2-7b prefill 1024 t64", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T64, 1, {P(1024, 1024)}},
+    {"llama2-7b prefill 1024 t128", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T128, 1, {P(1024, 1024)}},
+    {"llama2-7b prefill 2048 t64", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T64, 1, {P(2048, 2048)}},
+    {"llama2-7b prefill 2048 t128", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T128, 1, {P(2048, 2048)}},
+    {"llama2-7b prefill 4096 t64", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T64, 1, {P(4096, 4096)}},
+    {"llama2-7b prefill 4096 t128", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T128, 1, {P(4096, 4096)}},
+    {"llama2-7b 2048 after 6144 t64", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T64, 1, {P(8192, 2048)}},
+    {"llama2-7b 2048 after 6144 t128", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T128, 1, {P(8192, 2048)}},
+    {"llama3-8b prefill 4096 t64", 32, 8, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T64, 1, {P(4096, 4096)}},
+    {"llama3-8b prefill 4096 t128", 32, 8, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T128, 1, {P(4096, 4096)}},
+    {"qwen2 prefill 4096 t64", 14, 2, 64, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T64, 1, {P(4096, 4096)}},
+    {"qwen2 prefill 4096 t128", 14, 2, 64, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T128, 1, {P(4096, 4096)}},
     /* naive */
     {"naive llama3-8b mixed", 32, 8, 128, 16, CK_BF16, PATH_NAIVE, 0, 0, 0, 3, {D(300), P(137, 37), D(4100)}},
     {"naive smollm2", 9, 3, 64, 16, CK_BF16, PATH_NAIVE, 0, 0, 0, 2, {D(17), P(1512, 512)}},
@@ -167,6 +198,7 @@ template <typename X> static X *dev_copy(const std::vector<X> &h) {
 /* everything one case builds on the host */
 typedef struct {
     int n_rows, n_seq, max_blocks, NB;
+    int tile_rows; /* CK_ATT_TILE or CK_ATT_TILE_WIDE */
     int64_t ld_qkv, ld_out;
     std::vector<int32_t> row_seq, row_pos, bt, dec_rows, tile_row0, tile_n;
     std::vector<uint16_t> k_pool, v_pool, out;
@@ -192,6 +224,12 @@ static void build(const case_spec *c, host_case &hc) {
         hc.n_rows += c->seg[i].n;
     }
     hc.NB = total_blocks + 3; /* spare blocks that belong to nobody */
+    int longest = 0;
+    for (int i = 0; i < c->n_seg; i++)
+        longest = std::max(longest, c->seg[i].n);
+    hc.tile_rows = c->flags & T64    ? CK_ATT_TILE
+                   : c->flags & T128 ? CK_ATT_TILE_WIDE
+                                     : ck_attention_tile_rows(longest, c->H);
 
     /* shuffled physical blocks */
     std::vector<int32_t> perm(hc.NB);
@@ -239,7 +277,7 @@ static void build(const case_spec *c, host_case &hc) {
             hc.row_pos.push_back(sg->ctx - sg->n + i);
             if (sg->mode == SEG_DEC)
                 hc.dec_rows.push_back(r);
-            bool all = sg->n <= 80;
+            bool all = sg->n <= 160; /* a whole wide tile and then some */
             hc.check.push_back(all || i < 4 || i >= sg->n - 4 || i % 64 == 0 || i % 64 == 63 ||
                                i % 37 == 0);
             for (int h = 0; h < c->H; h++) {
@@ -249,9 +287,9 @@ static void build(const case_spec *c, host_case &hc) {
             }
         }
         if (sg->mode == SEG_PRE)
-            for (int i = 0; i < sg->n; i += CK_ATT_TILE) {
+            for (int i = 0; i < sg->n; i += hc.tile_rows) {
                 hc.tile_row0.push_back(row0 + i);
-                hc.tile_n.push_back(std::min(CK_ATT_TILE, sg->n - i));
+                hc.tile_n.push_back(std::min(hc.tile_rows, sg->n - i));
             }
     }
 }
@@ -376,6 +414,7 @@ static int run_case(const case_spec *c, void *flush, size_t flush_bytes) {
     a.tile_row0 = d_t0;
     a.tile_n = d_tn;
     a.n_tiles = c->path == PATH_FLASH ? (int)hc.tile_row0.size() : 0;
+    a.tile_rows = hc.tile_rows;
 
     if (c->flags & GRAPH)
         run_graph(c, &a, d_pos, hc.row_pos);
@@ -461,9 +500,12 @@ static int run_case(const case_spec *c, void *flush, size_t flush_bytes) {
         else
             snprintf(perf, sizeof perf, "%9.1f us %7.1f TFLOPS (causal)", us, flops / us / 1e6);
     }
-    printf("%-32s %-5s %-4s %3d:%-3d %3d %2d %5d %5zu  %9.2e %9.2e  %s", c->name,
+    char tile[8] = "-"; /* tile rows, where the prefill kernels ran */
+    if (a.n_tiles > 0)
+        snprintf(tile, sizeof tile, "%d", hc.tile_rows);
+    printf("%-32s %-5s %-4s %3d:%-3d %3d %2d %4s %5d %5zu  %9.2e %9.2e  %s", c->name,
            c->path == PATH_NAIVE ? "naive" : "flash", c->dt == CK_BF16 ? "bf16" : "f16", H,
-           c->Hkv, Dh, c->BS, hc.n_rows, rows.size(), max_abs, rel, fail ? "FAIL" : "ok  ");
+           c->Hkv, Dh, c->BS, tile, hc.n_rows, rows.size(), max_abs, rel, fail ? "FAIL" : "ok  ");
     if (n_bad || n_pad_bad)
         printf(" (%lld non-finite, %lld padding overwritten)", (long long)n_bad,
                (long long)n_pad_bad);
@@ -499,8 +541,8 @@ int main(int argc, char **argv) {
     void *flush = NULL;
     CUDA_OK(cudaMalloc(&flush, flush_bytes));
 
-    printf("%-32s %-5s %-4s %7s %3s %2s %5s %5s  %9s %9s  %s\n", "case", "path", "dt", "H:Hkv",
-           "Dh", "BS", "rows", "chk", "max_abs", "rel", "result / time");
+    printf("%-32s %-5s %-4s %7s %3s %2s %4s %5s %5s  %9s %9s  %s\n", "case", "path", "dt",
+           "H:Hkv", "Dh", "BS", "tile", "rows", "chk", "max_abs", "rel", "result / time");
     int n_run = 0, n_fail = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (filter && !strstr(cases[i].name, filter))

@@ -29,26 +29,40 @@
  * a long context is busy) and exits when its split is empty; empty splits
  * write nothing, and the combine skips them by the same rule.
  *
- * Prefill: one block per (query tile, query head), 4 warps of 16 query
- * rows, 2 blocks per SM (Dh 128: about 200 registers, 104 KB of shared
- * memory). Keys come in 64-key chunks, gathered through the block table by
- * cp.async into a ring of 3 K/V stages: while chunk j is computed, chunks
- * j+1 and j+2 are in flight and the table lookups of chunk j+3 are loaded
- * (stored after the compute), so neither the copies nor the lookups sit on
- * the critical path; two barriers per chunk. S = Q K^T and O += P V run on
- * mma.sync m16n8k16 (ck inputs, f32 accumulation): Q's fragments are made
- * once and stay in registers, K's come from ldmatrix, V's from
- * ldmatrix.trans; S, P and O stay in registers, the accumulator layout of
- * S being the A-operand layout of P. The causal mask runs only on chunks
- * that reach past a warp's first position; chunks above its last row are
- * skipped. One block per query head rather than per kv head: the G heads'
- * tiles would not fit one block, and K/V are read from L2 by the G blocks
- * anyway. Rejected: wmma (its accumulator layout is opaque, so the per-row
- * rescale of O would go through shared memory every chunk); 3 blocks per
- * SM (its 168-register cap spills with Q in registers, and with Q in
- * shared memory double-buffered K/V no longer fit 3 blocks); 128-row
- * tiles, which would halve the K/V traffic per FLOP (the tile size is the
- * backend's CK_ATT_TILE).
+ * Prefill: one block per (query tile, query head), 4 warps, 2 blocks per
+ * SM; one template, two kernels, picked per step by its tile rows
+ * (ck_attention_tile_rows): narrow tiles of 64 rows (16 per warp) and wide
+ * tiles of 128 (32 per warp, two m16 row blocks). Keys come in 64-key
+ * chunks, gathered through the block table by cp.async into a ring of K/V
+ * stages (3; 2 for the wide kernel at Dh 128, where 3 would leave one block
+ * per SM): while chunk j is computed, the next ones are in flight and the
+ * table lookups of chunk j + stages are loaded (stored after the compute),
+ * so neither the copies nor the lookups sit on the critical path; two
+ * barriers per chunk. S = Q K^T and O += P V run on mma.sync m16n8k16 (ck
+ * inputs, f32 accumulation): K's fragments from ldmatrix, V's from
+ * ldmatrix.trans; S, P and O stay in registers, the accumulator layout of S
+ * being the A-operand layout of P. Narrow: Q's fragments are made once and
+ * stay in registers (Dh 128: 203 registers, 104 KB of shared memory). Its
+ * limit is shared-memory reads: each warp reads the whole K and V chunk (32
+ * KB at Dh 128) for 16 rows, about twice the tensor time at 128 B/clk. Wide:
+ * each K and V fragment feeds both row blocks of the warp, so a row costs
+ * 5/8 of the reads (Q's included), 3/4 at Dh 128. O takes 128 registers
+ * at Dh 128, so Q's fragments are read from a Q tile in shared memory per k
+ * step by ldmatrix, and S is taken 32 keys at a time (Dh 128 only; with 64,
+ * ptxas spilled 24-80 bytes whatever the unrolling), which reads Q twice
+ * per chunk and rescales O twice (Dh 128: 245 registers, 103 KB). The wide
+ * grid has half the blocks and a heaviest tile twice as long, so a step
+ * takes wide tiles only when its longest segment fills about two rounds of
+ * the H200's SMs (CK_ATT_WIDE_MIN_BLOCKS). The causal mask runs only on
+ * passes that reach past a warp's first position; passes above its last row
+ * are skipped. One block per query head rather than per kv head: the G
+ * heads' tiles would not fit one block, and K/V are read from L2 by the G
+ * blocks anyway. Rejected: wmma (its accumulator layout is opaque, so the
+ * per-row rescale of O would go through shared memory every chunk); 3
+ * narrow blocks per SM (its 168-register cap spills with Q in registers,
+ * and with Q in shared memory double-buffered K/V no longer fit 3 blocks);
+ * wide tiles only (a 512-row prompt of 32 heads would make 128 blocks for
+ * 132 SMs).
  *
  * Naive: one block per (row, head): scores of all positions into work
  * (row stride max_blocks * BS floats), block max, exp and sum, weighted V.
@@ -60,18 +74,21 @@
  * naive kernel can run (--attn naive, or Dh outside the flash set),
  * ck_attention_work_floats(max rows, H, Dh, 0, max_blocks * BS).
  * Preconditions (the backend's to assert): H % Hkv == 0, Dh <= 256, pools
- * 16-byte aligned, tile_n <= CK_ATT_TILE, pos < max_blocks * BS.
+ * 16-byte aligned, tile_rows CK_ATT_TILE or CK_ATT_TILE_WIDE, tile_n <=
+ * tile_rows, pos < max_blocks * BS.
  *
  * Versions: v1 (first version; prefill 86 TFLOP/s, causal FLOPs, on the
  * H200 at 2048 rows x 16k keys, Dh 128: no overlap of copies and compute,
  * Q and K fragments by 32-bit shared loads); prefill v2 (the 3-stage ring,
  * Q in registers, K by ldmatrix, exp2 on the MUFU alone): H200, one layer
  * of Llama-2-7B (tests/cuda/attention_check.cu), 2048 rows 265.5 -> 235.5 us
- * (129.5 -> 146.0 causal TFLOP/s), 512 rows 66.0 -> 34.9 us.
+ * (129.5 -> 146.0 causal TFLOP/s), 512 rows 66.0 -> 34.9 us; prefill v3
+ * (wide tiles for long segments, the narrow kernel unchanged).
  */
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -488,13 +505,31 @@ static void decode_dh(cudaStream_t s, const ck_attn_args *a) {
 /* ------------------------------------------------------------ prefill */
 
 #define PRE_WARPS 4
-#define PRE_KC 64     /* keys per chunk */
-#define PRE_STAGES 3  /* K/V chunk buffers: chunks j + 1, j + 2 land while j is used */
-/* blocks per SM: registers (about 200 at Dh 128 with Q held in them) allow
- * 2, and so does shared memory (3 stages at Dh 128: 104 KB per block) */
+#define PRE_KC 64 /* keys per chunk */
+/* blocks per SM: registers allow 2 whatever an instance needs (65536 per
+ * SM / 256 threads = 256, above ptxas's 255), so shared memory decides:
+ * each instance takes as many stages (up to 3) as let 2 blocks share an
+ * SM. Hopper: 228 KB per SM, 1 KB of it reserved per block. */
 #define PRE_MIN_BLOCKS 2
+#define PRE_SMEM_MAX (228 * 1024 / PRE_MIN_BLOCKS - 1024)
 
-static_assert(CK_ATT_TILE == PRE_WARPS * 16, "one m16 row block per warp");
+static_assert(CK_ATT_TILE == PRE_WARPS * 16 && CK_ATT_TILE_WIDE == PRE_WARPS * 32,
+              "a tile is one (narrow) or two (wide) m16 row blocks per warp");
+
+/* Shared memory of a prefill block with MB row blocks per warp: the K/V
+ * stages, the Q tile (MB > 1 only), the stages' row offsets, the warps'
+ * last positions. */
+__host__ __device__ constexpr size_t prefill_smem_bytes(int dh, int mb, size_t elem, int stages) {
+    return (size_t)stages * 2 * PRE_KC * (dh + 8) * elem +
+           (mb > 1 ? (size_t)PRE_WARPS * 16 * mb * (dh + 8) * elem : 0) +
+           (size_t)stages * PRE_KC * sizeof(int64_t) + (size_t)PRE_WARPS * sizeof(int);
+}
+
+/* K/V chunk buffers: 3 (chunks j + 1, j + 2 land while j is used) where two
+ * blocks still fit an SM; else 2 (the wide tile at Dh 128: 137 KB with 3) */
+__host__ __device__ constexpr int prefill_stages(int dh, int mb, size_t elem) {
+    return prefill_smem_bytes(dh, mb, elem, 3) <= PRE_SMEM_MAX ? 3 : 2;
+}
 
 /* 2^x on the MUFU alone: exp2f adds a range test and two multiplies per
  * call to keep results below 2^-126 (p that small changes no sum) */
@@ -502,13 +537,6 @@ __device__ __forceinline__ float ex2_ftz(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
-}
-
-template <typename T, int DH>
-static constexpr size_t prefill_smem_bytes() {
-    return (size_t)PRE_STAGES * 2 * PRE_KC * (DH + 8) * sizeof(T) /* K, V chunks */
-           + (size_t)PRE_STAGES * PRE_KC * sizeof(int64_t)       /* their row offsets */
-           + (size_t)PRE_WARPS * sizeof(int);                    /* last position per warp */
 }
 
 /* One chunk's K and V rows -> a stage (cp.async; the caller commits). Two
@@ -542,19 +570,52 @@ __device__ __forceinline__ void prefill_copy(T *k_dst, T *v_dst, const T *kp, co
     }
 }
 
-template <typename T, int DH>
+/* Q's A fragments (ck, unscaled) of k step ks, row block mb: a0..a3 = (row
+ * gid, k 2tig..+1), (gid + 8, same), (gid, k + 8..), (gid + 8, k + 8..).
+ * Wide (MB > 1): ldmatrix from the block's Q tile in shared memory at each
+ * k step; matrix i (register i) = rows 8 (i & 1) .. + 7, k 8 (i >> 1) .. + 7
+ * of the 16 x 16 block, so lane_row (this lane's row address at ks = mb =
+ * 0) is row 8 (mat & 1) + mrow, column 8 (mat >> 1). */
+template <typename T, int DH, int MB> struct prefill_q {
+    const T *lane_row;
+    __device__ __forceinline__ void get(uint32_t r[4], int ks, int mb) const {
+        ldsm_x4(r, lane_row + mb * 16 * (DH + 8) + ks * 16);
+    }
+};
+
+/* Narrow (MB = 1): made once and held in registers for the whole kernel. */
+template <typename T, int DH> struct prefill_q<T, DH, 1> {
+    uint32_t f[DH / 16][4];
+    __device__ __forceinline__ void get(uint32_t r[4], int ks, int) const {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            r[i] = f[ks][i];
+    }
+};
+
+/* MB row blocks of 16 per warp: the narrow tile (MB 1, CK_ATT_TILE rows)
+ * or the wide one (MB 2, CK_ATT_TILE_WIDE rows) */
+template <typename T, int DH, int MB>
 __global__ void __launch_bounds__(PRE_WARPS * 32, PRE_MIN_BLOCKS)
     attn_prefill_kernel(const ck_attn_args a) {
     constexpr int LDS = DH + 8;       /* padded rows: ldmatrix conflict-free */
     constexpr int KS = DH / 16;       /* k steps of Q K^T */
     constexpr int NT = DH / 8;        /* n tiles of O */
-    constexpr int ST = PRE_KC / 8;    /* n tiles of S */
+    /* keys per pass over S, P: the whole chunk, or half of it where 64
+     * keys of S would spill (the wide tile at Dh 128: O alone takes 128
+     * registers) */
+    constexpr int SK = MB > 1 && DH > 96 ? 32 : PRE_KC;
+    constexpr int ST = SK / 8; /* n tiles of S */
     constexpr int BUF = PRE_KC * LDS; /* elements of one K or V chunk */
+    constexpr int RW = 16 * MB;       /* query rows per warp */
+    constexpr int NS = prefill_stages(DH, MB, sizeof(T));
     static_assert(DH % 16 == 0 && NT % 2 == 0, "head size must be a multiple of 16");
+    static_assert(MB == 1 || MB == 2, "one or two row blocks per warp");
     extern __shared__ __align__(16) unsigned char smem[];
     T *kv_s = reinterpret_cast<T *>(smem); /* [stage][K | V][64][LDS] */
-    int64_t *off_s = reinterpret_cast<int64_t *>(kv_s + PRE_STAGES * 2 * BUF); /* [slot][64] */
-    int *wlast_s = reinterpret_cast<int *>(off_s + PRE_STAGES * PRE_KC);      /* [W] */
+    T *q_s = kv_s + NS * 2 * BUF;          /* [PRE_WARPS RW][LDS], wide only */
+    int64_t *off_s = reinterpret_cast<int64_t *>(q_s + (MB > 1 ? PRE_WARPS * RW * LDS : 0));
+    int *wlast_s = reinterpret_cast<int *>(off_s + NS * PRE_KC); /* [W] */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gid = lane >> 2, tig = lane & 3; /* mma fragment coordinates */
@@ -567,19 +628,63 @@ __global__ void __launch_bounds__(PRE_WARPS * 32, PRE_MIN_BLOCKS)
     const int32_t *bt = a.block_tables + (int64_t)seq * a.max_blocks;
     const T *kp = static_cast<const T *>(a.k_pool), *vp = static_cast<const T *>(a.v_pool);
 
-    /* this lane's two rows (gid, gid + 8 of the warp's 16) and their
-     * positions. wlast (-1: no row < n) bounds the warp's chunks. Rows past
-     * n attend to key 0 only (qa, qb = 0): every row of an active warp then
-     * has a visible key in chunk 0, so m is finite from there on and no
-     * -inf - -inf can arise; their output is not stored. */
-    const int ra = warp * 16 + gid, rb = ra + 8;
-    const int pa = ra < n ? a.row_pos[r0 + ra] : -1;
-    const int pb = rb < n ? a.row_pos[r0 + rb] : -1;
-    const int wlast = warp_max_int(max(pa, pb));
-    const int qa = max(pa, 0), qb = max(pb, 0);
-    const int wfirst = -warp_max_int(-min(qa, qb)); /* chunks reaching past it need the mask */
+    /* this lane's rows: gid and gid + 8 of each of the warp's row blocks,
+     * and their positions. wlast (-1: no row < n) bounds the warp's chunks.
+     * Rows past n attend to key 0 only (qa, qb = 0): every row of an active
+     * warp then has a visible key in chunk 0, so m is finite from there on
+     * and no -inf - -inf can arise; their output is not stored. */
+    const int ra0 = warp * RW + gid; /* row block mb: ra0 + 16 mb, + 8 */
+    int qa[MB], qb[MB], plast = -1, qfirst = INT_MAX;
+#pragma unroll
+    for (int mb = 0; mb < MB; mb++) {
+        const int ra = ra0 + 16 * mb, rb = ra + 8;
+        const int pa = ra < n ? a.row_pos[r0 + ra] : -1;
+        const int pb = rb < n ? a.row_pos[r0 + rb] : -1;
+        plast = max(plast, max(pa, pb));
+        qa[mb] = max(pa, 0);
+        qb[mb] = max(pb, 0);
+        qfirst = min(qfirst, min(qa[mb], qb[mb]));
+    }
+    const int wlast = warp_max_int(plast);
+    const int wfirst = -warp_max_int(-qfirst); /* chunks reaching past it need the mask */
     if (lane == 0)
         wlast_s[warp] = wlast;
+
+    const int mat = lane >> 3, mrow = lane & 7; /* ldmatrix: this lane's matrix and row */
+    prefill_q<T, DH, MB> q;
+    if constexpr (MB == 1) {
+        /* a0..a3 from the lane's two rows; rows past n are 0 */
+        const float *qra = a.qkv + (int64_t)(r0 + ra0) * a.ld_qkv + (int64_t)h * DH + 2 * tig;
+        const float *qrb = qra + 8 * a.ld_qkv;
+        const bool va = ra0 < n, vb = ra0 + 8 < n;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+            for (int hk = 0; hk < 2; hk++) {
+                const int d = ks * 16 + hk * 8;
+                q.f[ks][2 * hk] = ck_pair<T>::pack(va ? qra[d] : 0.0f, va ? qra[d + 1] : 0.0f);
+                q.f[ks][2 * hk + 1] =
+                    ck_pair<T>::pack(vb ? qrb[d] : 0.0f, vb ? qrb[d + 1] : 0.0f);
+            }
+    } else {
+        /* the Q tile in ck (rows past n are 0), published by the barrier
+         * below; consecutive threads take consecutive pairs of a row, and
+         * 16 iterations at a time keep 32 loads in flight per thread */
+        constexpr int NQ = RW * DH / 64; /* pairs per thread: RW DH / 2 / 128 */
+        const float *q0 = a.qkv + (int64_t)r0 * a.ld_qkv + (int64_t)h * DH;
+#pragma unroll 16
+        for (int k = 0; k < NQ; k++) {
+            const int i = tid + k * PRE_WARPS * 32;
+            const int row = i / (DH / 2), d = 2 * (i % (DH / 2));
+            uint32_t w = 0; /* two zeros, in bf16 and f16 alike */
+            if (row < n) {
+                const float *qr = q0 + (int64_t)row * a.ld_qkv + d;
+                w = ck_pair<T>::pack(qr[0], qr[1]);
+            }
+            *reinterpret_cast<uint32_t *>(q_s + row * LDS + d) = w;
+        }
+        q.lane_row = q_s + (warp * RW + (mat & 1) * 8 + mrow) * LDS + (mat >> 1) * 8;
+    }
     __syncthreads();
     int kv_end = 0;
 #pragma unroll
@@ -590,45 +695,31 @@ __global__ void __launch_bounds__(PRE_WARPS * 32, PRE_MIN_BLOCKS)
      * one cp.async group each (committed even when empty) */
     if (tid < PRE_KC) {
 #pragma unroll
-        for (int sg = 0; sg < PRE_STAGES; sg++) {
+        for (int sg = 0; sg < NS; sg++) {
             const int key = sg * PRE_KC + tid;
             off_s[sg * PRE_KC + tid] = key < kv_end ? kv_row(a, bt, g, key) : -1;
         }
     }
     __syncthreads();
 #pragma unroll
-    for (int sg = 0; sg < PRE_STAGES - 1; sg++) {
+    for (int sg = 0; sg < NS - 1; sg++) {
         if (sg * PRE_KC < kv_end)
             prefill_copy<T, DH>(kv_s + sg * 2 * BUF, kv_s + sg * 2 * BUF + BUF, kp, vp,
                                 off_s + sg * PRE_KC);
         cp_async_commit();
     }
 
-    /* Q fragments (A operand, ck, unscaled as before), held in registers
-     * for the whole kernel: a0..a3 = (row gid, k 2tig..+1), (gid + 8, same),
-     * (gid, k + 8), (gid + 8, k + 8) of each k step; rows past n are 0 */
-    uint32_t qf[KS][4];
-    {
-        const float *qra = a.qkv + (int64_t)(r0 + ra) * a.ld_qkv + (int64_t)h * DH + 2 * tig;
-        const float *qrb = a.qkv + (int64_t)(r0 + rb) * a.ld_qkv + (int64_t)h * DH + 2 * tig;
-        const bool va = ra < n, vb = rb < n;
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++)
-#pragma unroll
-            for (int hk = 0; hk < 2; hk++) {
-                const int d = ks * 16 + hk * 8;
-                qf[ks][2 * hk] = ck_pair<T>::pack(va ? qra[d] : 0.0f, va ? qra[d + 1] : 0.0f);
-                qf[ks][2 * hk + 1] = ck_pair<T>::pack(vb ? qrb[d] : 0.0f, vb ? qrb[d + 1] : 0.0f);
-            }
-    }
-
     const float sscale = a.scale * ATT_LOG2E;
-    const int mat = lane >> 3, mrow = lane & 7; /* ldmatrix: this lane's matrix and row */
-    float o[NT][4];
+    float o[MB][NT][4];
+    float m[MB][2], l[MB][2]; /* m in log2 units */
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-        o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* m in log2 units */
+    for (int mb = 0; mb < MB; mb++) {
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+            o[mb][nt][0] = o[mb][nt][1] = o[mb][nt][2] = o[mb][nt][3] = 0.0f;
+        m[mb][0] = m[mb][1] = -INFINITY;
+        l[mb][0] = l[mb][1] = 0.0f;
+    }
 
     /* Chunk j lives in stage j % S, its offsets in slot j % S. Per step:
      * put chunk j + S-1 in flight (its stage, that of chunk j - 1, was
@@ -639,101 +730,128 @@ __global__ void __launch_bounds__(PRE_WARPS * 32, PRE_MIN_BLOCKS)
      * compute), barrier. S + j groups are committed by then, so
      * wait_group S-1 means exactly "chunk j has landed". */
     for (int j = 0, c0 = 0; c0 < kv_end; j++, c0 += PRE_KC) {
-        const int st = j % PRE_STAGES, sn = (j + PRE_STAGES - 1) % PRE_STAGES;
-        if (c0 + (PRE_STAGES - 1) * PRE_KC < kv_end) /* block-uniform */
+        const int st = j % NS, sn = (j + NS - 1) % NS;
+        if (c0 + (NS - 1) * PRE_KC < kv_end) /* block-uniform */
             prefill_copy<T, DH>(kv_s + sn * 2 * BUF, kv_s + sn * 2 * BUF + BUF, kp, vp,
                                 off_s + sn * PRE_KC);
         cp_async_commit();
-        const int key_ahead = c0 + PRE_STAGES * PRE_KC + tid;
+        const int key_ahead = c0 + NS * PRE_KC + tid;
         const int64_t off_ahead =
             tid < PRE_KC && key_ahead < kv_end ? kv_row(a, bt, g, key_ahead) : -1;
-        cp_async_wait<PRE_STAGES - 1>(); /* this thread's copies of chunk j */
-        __syncthreads();                 /* everyone's */
+        cp_async_wait<NS - 1>(); /* this thread's copies of chunk j */
+        __syncthreads();         /* everyone's */
 
         const T *k_s = kv_s + st * 2 * BUF, *v_s = k_s + BUF;
-        if (c0 <= wlast) { /* warp-uniform: a key this warp can see */
-            /* S (16 x 64) = Q K^T; one ldmatrix gives the B fragments of
-             * two n tiles: matrices (keys 0-7 | 8-15) x (k 0-7 | 8-15) */
-            float sacc[ST][4];
+        /* SK keys at a time (one pass when SK = 64); a pass above the
+         * warp's last row is skipped (warp-uniform) */
+#pragma unroll 1
+        for (int kc = 0; kc < PRE_KC && c0 + kc <= wlast; kc += SK) {
+            const T *k_p = k_s + kc * LDS, *v_p = v_s + kc * LDS;
+            /* S (RW x SK) = Q K^T; one ldmatrix gives the B fragments of
+             * two n tiles, matrices (keys 0-7 | 8-15) x (k 0-7 | 8-15),
+             * used by every row block of the warp */
+            float sacc[MB][ST][4];
 #pragma unroll
-            for (int nt = 0; nt < ST; nt++)
-                sacc[nt][0] = sacc[nt][1] = sacc[nt][2] = sacc[nt][3] = 0.0f;
+            for (int mb = 0; mb < MB; mb++)
 #pragma unroll
-            for (int ks = 0; ks < KS; ks++)
+                for (int nt = 0; nt < ST; nt++)
+                    sacc[mb][nt][0] = sacc[mb][nt][1] = sacc[mb][nt][2] = sacc[mb][nt][3] = 0.0f;
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) {
+                uint32_t qk[MB][4];
+#pragma unroll
+                for (int mb = 0; mb < MB; mb++)
+                    q.get(qk[mb], ks, mb);
 #pragma unroll
                 for (int np = 0; np < ST / 2; np++) {
                     uint32_t b[4];
-                    ldsm_x4(b, k_s + (np * 16 + (mat >> 1) * 8 + mrow) * LDS + ks * 16 +
+                    ldsm_x4(b, k_p + (np * 16 + (mat >> 1) * 8 + mrow) * LDS + ks * 16 +
                                    (mat & 1) * 8);
-                    ck_pair<T>::mma(sacc[2 * np], qf[ks], b[0], b[1]);
-                    ck_pair<T>::mma(sacc[2 * np + 1], qf[ks], b[2], b[3]);
+#pragma unroll
+                    for (int mb = 0; mb < MB; mb++) {
+                        ck_pair<T>::mma(sacc[mb][2 * np], qk[mb], b[0], b[1]);
+                        ck_pair<T>::mma(sacc[mb][2 * np + 1], qk[mb], b[2], b[3]);
+                    }
                 }
-            /* causal mask (only when a key of the chunk can pass a row's
+            }
+            /* causal mask (only when a key of the pass can pass a row's
              * position), then the row max of the raw scores over the 4
              * lanes of a row */
-            if (c0 + PRE_KC - 1 > wfirst) {
+            const int k0 = c0 + kc;
+            if (k0 + SK - 1 > wfirst) {
+#pragma unroll
+                for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                    for (int nt = 0; nt < ST; nt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int key = k0 + nt * 8 + 2 * tig + (e & 1);
+                            if (key > (e < 2 ? qa[mb] : qb[mb]))
+                                sacc[mb][nt][e] = -INFINITY;
+                        }
+            }
+            /* accumulator (row g / g+8, cols 2t, 2t+1 of n tile nt) -> A
+             * operand (k step kk = n tiles 2kk and 2kk+1) */
+            uint32_t pf[MB][SK / 16][4];
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++) {
+                float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+                for (int nt = 0; nt < ST; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        mx[e >> 1] = fmaxf(mx[e >> 1], sacc[mb][nt][e]);
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+                    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+                    /* mn is finite (see qa): every row sees key 0 in the
+                     * first pass, where alpha = exp2(-inf) = 0 */
+                    const float mn = fmaxf(m[mb][hr], mx[hr] * sscale);
+                    const float alpha = ex2_ftz(m[mb][hr] - mn);
+                    m[mb][hr] = mn;
+                    l[mb][hr] *= alpha;
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) {
+                        o[mb][nt][2 * hr] *= alpha;
+                        o[mb][nt][2 * hr + 1] *= alpha;
+                    }
+                }
+                /* p = exp2(s scale - m) in one FMA; masked scores give 0 */
 #pragma unroll
                 for (int nt = 0; nt < ST; nt++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        const int key = c0 + nt * 8 + 2 * tig + (e & 1);
-                        if (key > (e < 2 ? qa : qb))
-                            sacc[nt][e] = -INFINITY;
+                        const int hr = e >> 1;
+                        const float p = ex2_ftz(fmaf(sacc[mb][nt][e], sscale, -m[mb][hr]));
+                        l[mb][hr] += p; /* lane partial; a row's 4 lanes are summed at the end */
+                        sacc[mb][nt][e] = p;
                     }
-            }
-            float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int nt = 0; nt < ST; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    mx[e >> 1] = fmaxf(mx[e >> 1], sacc[nt][e]);
-#pragma unroll
-            for (int hr = 0; hr < 2; hr++) {
-                mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-                mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-                /* mn is finite (see qa); on chunk 0 alpha = exp2(-inf) = 0 */
-                const float mn = fmaxf(m[hr], mx[hr] * sscale);
-                const float alpha = ex2_ftz(m[hr] - mn);
-                m[hr] = mn;
-                l[hr] *= alpha;
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    o[nt][2 * hr] *= alpha;
-                    o[nt][2 * hr + 1] *= alpha;
+                for (int kk = 0; kk < SK / 16; kk++) {
+                    pf[mb][kk][0] = ck_pair<T>::pack(sacc[mb][2 * kk][0], sacc[mb][2 * kk][1]);
+                    pf[mb][kk][1] = ck_pair<T>::pack(sacc[mb][2 * kk][2], sacc[mb][2 * kk][3]);
+                    pf[mb][kk][2] =
+                        ck_pair<T>::pack(sacc[mb][2 * kk + 1][0], sacc[mb][2 * kk + 1][1]);
+                    pf[mb][kk][3] =
+                        ck_pair<T>::pack(sacc[mb][2 * kk + 1][2], sacc[mb][2 * kk + 1][3]);
                 }
             }
-            /* p = exp2(s scale - m) in one FMA; masked scores give 0 */
+            /* O (RW x DH) += P (RW x SK) V (SK x DH); ldmatrix.trans gives
+             * the B fragments of two n tiles, matrices (k 0-7 | 8-15) x
+             * (n 0-7 | 8-15) of the 16 x 16 block, used by every row block */
 #pragma unroll
-            for (int nt = 0; nt < ST; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int hr = e >> 1;
-                    const float p = ex2_ftz(fmaf(sacc[nt][e], sscale, -m[hr]));
-                    l[hr] += p; /* lane partial; the 4 lanes of a row are summed at the end */
-                    sacc[nt][e] = p;
-                }
-            /* accumulator (row g / g+8, cols 2t, 2t+1 of n tile nt) -> A
-             * operand (k step kk = n tiles 2kk and 2kk+1) */
-            uint32_t pf[PRE_KC / 16][4];
-#pragma unroll
-            for (int kk = 0; kk < PRE_KC / 16; kk++) {
-                pf[kk][0] = ck_pair<T>::pack(sacc[2 * kk][0], sacc[2 * kk][1]);
-                pf[kk][1] = ck_pair<T>::pack(sacc[2 * kk][2], sacc[2 * kk][3]);
-                pf[kk][2] = ck_pair<T>::pack(sacc[2 * kk + 1][0], sacc[2 * kk + 1][1]);
-                pf[kk][3] = ck_pair<T>::pack(sacc[2 * kk + 1][2], sacc[2 * kk + 1][3]);
-            }
-            /* O (16 x DH) += P (16 x 64) V (64 x DH); ldmatrix.trans gives
-             * the B fragments of two n tiles: matrices (k 0-7 | 8-15) x
-             * (n 0-7 | 8-15) of the 16 x 16 block */
-#pragma unroll
-            for (int kk = 0; kk < PRE_KC / 16; kk++)
+            for (int kk = 0; kk < SK / 16; kk++)
 #pragma unroll
                 for (int np = 0; np < NT / 2; np++) {
                     uint32_t b[4];
-                    ldsm_x4_trans(b, v_s + (kk * 16 + (mat & 1) * 8 + mrow) * LDS + np * 16 +
+                    ldsm_x4_trans(b, v_p + (kk * 16 + (mat & 1) * 8 + mrow) * LDS + np * 16 +
                                          (mat >> 1) * 8);
-                    ck_pair<T>::mma(o[2 * np], pf[kk], b[0], b[1]);
-                    ck_pair<T>::mma(o[2 * np + 1], pf[kk], b[2], b[3]);
+#pragma unroll
+                    for (int mb = 0; mb < MB; mb++) {
+                        ck_pair<T>::mma(o[mb][2 * np], pf[mb][kk], b[0], b[1]);
+                        ck_pair<T>::mma(o[mb][2 * np + 1], pf[mb][kk], b[2], b[3]);
+                    }
                 }
         }
         if (tid < PRE_KC)
@@ -743,36 +861,51 @@ __global__ void __launch_bounds__(PRE_WARPS * 32, PRE_MIN_BLOCKS)
 
     /* normalise and store rows < n */
 #pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-        float L = l[hr] + __shfl_xor_sync(0xffffffffu, l[hr], 1);
-        L += __shfl_xor_sync(0xffffffffu, L, 2);
-        float inv = L > 0.0f ? 1.0f / L : 0.0f;
-        int row = hr ? rb : ra;
-        if (row < n) {
-            T *orow = static_cast<T *>(a.out) + (int64_t)(r0 + row) * a.ld_out + (int64_t)h * DH;
+    for (int mb = 0; mb < MB; mb++)
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                int col = nt * 8 + 2 * tig;
-                ck_from_f32(&orow[col], o[nt][2 * hr] * inv);
-                ck_from_f32(&orow[col + 1], o[nt][2 * hr + 1] * inv);
+        for (int hr = 0; hr < 2; hr++) {
+            float L = l[mb][hr] + __shfl_xor_sync(0xffffffffu, l[mb][hr], 1);
+            L += __shfl_xor_sync(0xffffffffu, L, 2);
+            const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+            const int row = ra0 + 16 * mb + 8 * hr;
+            if (row < n) {
+                T *orow =
+                    static_cast<T *>(a.out) + (int64_t)(r0 + row) * a.ld_out + (int64_t)h * DH;
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    const int col = nt * 8 + 2 * tig;
+                    ck_from_f32(&orow[col], o[mb][nt][2 * hr] * inv);
+                    ck_from_f32(&orow[col + 1], o[mb][nt][2 * hr + 1] * inv);
+                }
             }
         }
-    }
 }
 
-template <typename T, int DH>
+template <typename T, int DH, int MB>
 static void prefill_launch(cudaStream_t s, const ck_attn_args *a) {
-    const size_t smem = prefill_smem_bytes<T, DH>();
+    constexpr size_t smem =
+        prefill_smem_bytes(DH, MB, sizeof(T), prefill_stages(DH, MB, sizeof(T)));
+    static_assert(smem <= PRE_SMEM_MAX, "two blocks per SM");
     /* above 48 KB a kernel must opt in; the carveout asks for the largest
      * shared memory share of L1 so PRE_MIN_BLOCKS blocks fit an SM (the
      * kernel does not rely on L1). Not stream operations: legal during
      * graph capture; a failure shows in the caller's cudaGetLastError */
-    (void)cudaFuncSetAttribute(attn_prefill_kernel<T, DH>,
+    (void)cudaFuncSetAttribute(attn_prefill_kernel<T, DH, MB>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    (void)cudaFuncSetAttribute(attn_prefill_kernel<T, DH>,
+    (void)cudaFuncSetAttribute(attn_prefill_kernel<T, DH, MB>,
                                cudaFuncAttributePreferredSharedMemoryCarveout,
                                (int)cudaSharedmemCarveoutMaxShared);
-    attn_prefill_kernel<T, DH><<<(unsigned)(a->n_tiles * a->H), PRE_WARPS * 32, smem, s>>>(*a);
+    attn_prefill_kernel<T, DH, MB>
+        <<<(unsigned)(a->n_tiles * a->H), PRE_WARPS * 32, smem, s>>>(*a);
+}
+
+/* the tile list's row count picks the kernel */
+template <typename T, int DH>
+static void prefill_dh(cudaStream_t s, const ck_attn_args *a) {
+    if (a->tile_rows == CK_ATT_TILE_WIDE)
+        prefill_launch<T, DH, 2>(s, a);
+    else
+        prefill_launch<T, DH, 1>(s, a);
 }
 
 /* ------------------------------------------------------------ naive */
@@ -789,7 +922,7 @@ __global__ void __launch_bounds__(NAIVE_THREADS) attn_naive_kernel(const ck_attn
     const int item = blockIdx.x, h = blockIdx.y;
     int r;
     if (mode == NAIVE_TILES) {
-        int t = item / CK_ATT_TILE, i = item % CK_ATT_TILE;
+        int t = item / a.tile_rows, i = item % a.tile_rows;
         if (i >= a.tile_n[t])
             return; /* whole block: before any barrier */
         r = a.tile_row0[t] + i;
@@ -865,11 +998,11 @@ static void decode_t(cudaStream_t s, const ck_attn_args *a) {
 template <typename T>
 static void prefill_t(cudaStream_t s, const ck_attn_args *a) {
     switch (a->Dh) {
-    case 64: prefill_launch<T, 64>(s, a); break;
-    case 80: prefill_launch<T, 80>(s, a); break;
-    case 96: prefill_launch<T, 96>(s, a); break;
-    case 128: prefill_launch<T, 128>(s, a); break;
-    default: naive_launch<T>(s, a, NAIVE_TILES, a->n_tiles * CK_ATT_TILE); break;
+    case 64: prefill_dh<T, 64>(s, a); break;
+    case 80: prefill_dh<T, 80>(s, a); break;
+    case 96: prefill_dh<T, 96>(s, a); break;
+    case 128: prefill_dh<T, 128>(s, a); break;
+    default: naive_launch<T>(s, a, NAIVE_TILES, a->n_tiles * a->tile_rows); break;
     }
 }
 
@@ -889,3 +1022,7 @@ void ck_attention_naive(cudaStream_t s, const ck_attn_args *a) {
     CK_DISPATCH(a->dt, naive_launch<T>(s, a, NAIVE_ALL, a->n_rows));
 }
 
+int ck_attention_tile_rows(int longest, int H) {
+    const int64_t wide_blocks = (int64_t)(longest + CK_ATT_TILE_WIDE - 1) / CK_ATT_TILE_WIDE * H;
+    return wide_blocks >= CK_ATT_WIDE_MIN_BLOCKS ? CK_ATT_TILE_WIDE : CK_ATT_TILE;
+}

@@ -98,7 +98,7 @@ typedef struct {
     int32_t *h_tok, *d_tok;
     void *sample_work;
     /* the current step */
-    int32_t n_rows, n_out, n_dec, n_tiles;
+    int32_t n_rows, n_out, n_dec, n_tiles, tile_rows;
     bool decode_only, capturing, replaying;
     int graph_key;
     cudaGraphExec_t *graphs; /* (2 * (max_rows + 1)) */
@@ -521,6 +521,14 @@ static hr_status cuda_begin_step(hr_backend *b, const hr_step *s, hr_error *err)
     memcpy(m + c->o_out, s->out_rows, (size_t)s->n_out * sizeof(int32_t));
     c->n_dec = c->n_tiles = 0;
     c->decode_only = s->n_out == s->n_rows;
+    /* one tile size for the step's prefill segments, from the longest (the
+     * kernels' rule); n_tiles stays <= n_rows <= max_rows, the size of the
+     * tile lists, whatever the size */
+    int32_t longest = 0;
+    for (int32_t i = 0; i < s->n_seg; i++)
+        longest = s->segs[i].n > longest ? s->segs[i].n : longest;
+    const int32_t tile = ck_attention_tile_rows(longest, b->info->n_head);
+    c->tile_rows = tile;
     for (int32_t i = 0; i < s->n_seg; i++) {
         const step_segment *g = &s->segs[i];
         for (int32_t r = 0; r < g->n; r++)
@@ -529,9 +537,9 @@ static hr_status cuda_begin_step(hr_backend *b, const hr_step *s, hr_error *err)
             m[c->o_dec + (size_t)c->n_dec++] = g->row0;
         } else {
             c->decode_only = false;
-            for (int32_t r = 0; r < g->n; r += CK_ATT_TILE) {
+            for (int32_t r = 0; r < g->n; r += tile) {
                 m[c->o_trow + (size_t)c->n_tiles] = g->row0 + r;
-                m[c->o_tn + (size_t)c->n_tiles] = g->n - r < CK_ATT_TILE ? g->n - r : CK_ATT_TILE;
+                m[c->o_tn + (size_t)c->n_tiles] = g->n - r < tile ? g->n - r : tile;
                 c->n_tiles++;
             }
         }
@@ -681,7 +689,8 @@ static void cuda_attention(hr_backend *b, int32_t layer, be_tensor *out, const b
                       .work = c->att_work,
                       .tile_row0 = meta(c, c->o_trow),
                       .tile_n = meta(c, c->o_tn),
-                      .n_tiles = c->n_tiles};
+                      .n_tiles = c->n_tiles,
+                      .tile_rows = c->tile_rows};
     /* head sizes without a flash instance fall back to the plain kernel
      * inside ck_attention_decode/prefill (its workspace: kv_init) */
     if (c->p.attn_naive) {

@@ -100,14 +100,34 @@ typedef struct {
     int n_dec;
     int n_splits, split_len;   /* n_splits * split_len >= the longest context */
     float *work;               /* (n_dec, H, n_splits, Dh + 2) f32 */
-    /* prefill (flash attention): query tiles of up to CK_ATT_TILE rows of one
+    /* prefill (flash attention): query tiles of up to tile_rows rows of one
      * segment; tile t covers rows tile_row0[t] .. + tile_n[t] - 1, all of one
-     * sequence, consecutive positions */
+     * sequence, consecutive positions. tile_rows (CK_ATT_TILE or
+     * CK_ATT_TILE_WIDE, from ck_attention_tile_rows) picks the kernel. */
     const int32_t *tile_row0, *tile_n;
-    int n_tiles;
+    int n_tiles, tile_rows;
 } ck_attn_args;
 
+/* Prefill tile rows: narrow tiles (4 warps x 16 rows) and wide ones (4 warps
+ * x 32 rows: 5/8 of the shared-memory reads per FLOP, 3/4 at Dh 128, but
+ * half the blocks and a heaviest tile twice as long). Bounds that count
+ * tiles hold with either: a tile has at least one row, so n_tiles <= the
+ * step's rows. */
 #define CK_ATT_TILE 64
+#define CK_ATT_TILE_WIDE 128
+/* Wide tiles once the step's longest prefill segment alone makes at least
+ * this many wide blocks (tiles x heads): a causal grid lasts about as long
+ * as its heaviest block (the last tile, all keys) or the average load of
+ * its SM slots, whichever is longer; with 2 blocks on each of an H200's
+ * 132 SMs, about two rounds of wide blocks keep the heaviest from
+ * dominating (Llama-2-7B, 32 heads: from 1921 rows). An estimate from that
+ * model; tests/cuda/attention_check.cu times both sizes. */
+#define CK_ATT_WIDE_MIN_BLOCKS 512
+
+/* CK_ATT_TILE_WIDE when ceil(longest / CK_ATT_TILE_WIDE) * H >=
+ * CK_ATT_WIDE_MIN_BLOCKS, else CK_ATT_TILE; longest = the rows of the
+ * step's longest prefill segment */
+int ck_attention_tile_rows(int longest, int H);
 
 /* Flash kernels exist for Dh in {64, 80, 96, 128}; for any other Dh <= 256
  * decode and prefill run the naive kernel over their rows (its work must
