@@ -13,7 +13,8 @@
  *      512-token prefill tok/s: an upper bound for the whole model.
  * Weights are random valid blocks (random codes, finite scales) spread over
  * 1 GiB and each timed call reads a different window, so decode streams from
- * DRAM as in a real model (32 MiB of L3 would otherwise hold a matrix).
+ * DRAM as in a real model (32 MiB of L3 would otherwise hold a matrix); in
+ * huge pages, as the engine holds weights (hr_alloc_pages).
  * Times are medians over the calls; bandwidth and FMA peak are best of 5.
  * Every configuration is checked against the reference level before timing.
  *
@@ -29,6 +30,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/threadpool.h"
 #include "quant/quant.h"
+#include "util/alloc.h"
 #include "util/dtype.h"
 #include "util/fp16.h"
 
@@ -104,7 +106,7 @@ static void bw_task(void *ctx, int ith, int nth) {
 
 static double measure_bandwidth(cpu_pool *pool) {
     const size_t bytes = (size_t)1 << 30;
-    uint64_t *buf = aligned_alloc(64, bytes);
+    uint64_t *buf = hr_alloc_pages(bytes);
     for (size_t i = 0; i < bytes / 8; i++)
         buf[i] = i * 0x9e3779b97f4a7c15ull;
     bw_ctx c = {.buf = buf, .n_words = bytes / 8};
@@ -116,7 +118,7 @@ static double measure_bandwidth(cpu_pool *pool) {
         if ((double)bytes / t > best)
             best = (double)bytes / t;
     }
-    free(buf);
+    hr_free_pages(buf, bytes);
     return best / 1e9;
 }
 
@@ -271,7 +273,7 @@ static const shape shapes[] = {{2048, 2048}, {2048, 256}, {2048, 5632}, {2048, 3
 static double validate(hr_dtype t, cpu_matmul_mode mode, int64_t B, int64_t K, int64_t N,
                        const float *x) {
     int64_t n_chk = N < 64 ? N : 64;
-    cpu_mat m = {.dtype = t, .data = wbuf, .n_rows = n_chk};
+    cpu_mat m = {.dtype = t, .data = wbuf, .n_rows = n_chk, .huge_pages = true};
     float *y = malloc(sizeof(float) * (size_t)(B * n_chk));
     float *yr = malloc(sizeof(float) * (size_t)(B * n_chk));
     cpu_level lv = cpu_level_active();
@@ -384,7 +386,7 @@ int main(int argc, char **argv) {
 
     const int64_t B_pre = 512, K_max = 5632;
     scratch = aligned_alloc(64, (cpu_matmul_scratch_bytes(B_pre, K_max, n_threads) + 63) / 64 * 64);
-    wbuf = aligned_alloc(4096, WBUF_BYTES);
+    wbuf = hr_alloc_pages(WBUF_BYTES);
     float *x = malloc(sizeof(float) * (size_t)(B_pre * K_max));
     float *y = malloc(sizeof(float) * (size_t)(B_pre * 32000));
     for (int64_t i = 0; i < B_pre * K_max; i++)
@@ -420,7 +422,7 @@ int main(int argc, char **argv) {
                 continue;
             }
             for (int s = 0; s < N_SHAPES; s++) {
-                cpu_mat m = {.dtype = t, .n_rows = shapes[s].N};
+                cpu_mat m = {.dtype = t, .n_rows = shapes[s].N, .huge_pages = true};
                 double ss;
                 double sec = time_matmul((cpu_matmul_mode)mode, 1, shapes[s].K, &m, 1, x, y,
                                          quick ? 0.05 : 0.25, &ss);
@@ -428,7 +430,7 @@ int main(int argc, char **argv) {
                 printf(" %5.1f (%3.0f%%)", gbs, 100 * ss / sec);
             }
             {
-                cpu_mat m = {.dtype = t, .n_rows = 2048};
+                cpu_mat m = {.dtype = t, .n_rows = 2048, .huge_pages = true};
                 double sec = time_matmul((cpu_matmul_mode)mode, B_pre, 2048, &m, 1, x, y,
                                          quick ? 0.1 : 0.5, NULL);
                 double gf = 2.0 * (double)B_pre * 2048 * 2048 / sec / 1e9;
@@ -476,7 +478,7 @@ int main(int argc, char **argv) {
     }
     free(x);
     free(y);
-    free(wbuf);
+    hr_free_pages(wbuf, WBUF_BYTES);
     free(scratch);
     cpu_pool_free(pool);
     return 0;

@@ -189,6 +189,7 @@ typedef struct {
     uint64_t weight_copy_bytes; /* cpu: copy the weight matrices into this much huge-page
                                    memory (hr_alloc_pages), dropping the file pages they
                                    came from (0: read them where the model keeps them) */
+    bool weights_in_huge_pages; /* cpu: where the model keeps them is hr_alloc_pages memory */
 } be_params;
 
 hr_status backend_cpu_create(const hr_model_info *info, const be_params *p, hr_backend **out,

@@ -180,6 +180,7 @@ void engine_config(const hr_model *m, const hr_engine_params *p, be_config *cfg,
      * asked not to (a synthetic model's weights are its own memory already) */
     if (p->device == HR_DEVICE_CPU && !p->use_mmap && (m->gguf != NULL || m->st != NULL))
         bp->weight_copy_bytes = llama_weight_copy_bytes(m);
+    bp->weights_in_huge_pages = m->synthetic_data != NULL;
 }
 
 static const char *gib(uint64_t n, char *buf, size_t cap) {

@@ -100,7 +100,8 @@ static hr_status cpu_weight_create(hr_backend *b, const model_tensor *const *par
         if (c->weight_copy)
             HR_TRY(copy_part(c, parts[i], &data, err));
         w->parts[i] = (cpu_mat){.dtype = parts[i]->dtype, .data = data,
-                                .n_rows = parts[i]->ne[1]};
+                                .n_rows = parts[i]->ne[1],
+                                .huge_pages = c->weight_copy != NULL || c->weights_huge};
         w->n_rows += parts[i]->ne[1];
         any_bias |= biases && biases[i];
     }
@@ -301,6 +302,7 @@ hr_status backend_cpu_create(const hr_model_info *info, const be_params *p, hr_b
     c->base.info = info;
     c->mode = p->exact_matmul ? CPU_MATMUL_EXACT : CPU_MATMUL_FAST;
     c->host_cap = p->host_cap;
+    c->weights_huge = p->weights_in_huge_pages;
     int n = p->n_threads;
     if (n <= 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);

@@ -49,17 +49,21 @@
 #include "backend/cpu/threadpool.h"
 #include "headroom.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* One part of the weight stack: n_rows rows of K elements in `dtype`, rows
  * contiguous (row r at data + r * row_bytes(dtype, K)). bias: NULL or n_rows
- * floats added to the part's outputs. All borrowed for the call. */
+ * floats added to the part's outputs. All borrowed for the call.
+ * huge_pages: data lies in 2 MiB pages (hr_alloc_pages), so the decode
+ * kernels may prefetch further ahead without a TLB miss per 4 KiB. */
 typedef struct {
     hr_dtype dtype;
     const void *data;
     int64_t n_rows;
     const float *bias;
+    bool huge_pages;
 } cpu_mat;
 
 typedef enum { CPU_MATMUL_EXACT, CPU_MATMUL_FAST } cpu_matmul_mode;
