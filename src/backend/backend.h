@@ -44,6 +44,7 @@ typedef struct {
     void *data;   /* backend memory */
     int64_t cols; /* elements per row */
     int64_t ld;   /* row stride in elements */
+    bool narrow;  /* stored in the 16-bit compute type (cuda), not f32 */
 } be_tensor;
 
 typedef struct {
@@ -92,9 +93,12 @@ typedef struct {
                                hr_error *err);
     hr_status (*vector_create)(hr_backend *b, const model_tensor *t, be_vector **out,
                                hr_error *err);
-    /* matmul_input: the tensor feeds a matmul (the GPU keeps those in the
-     * 16-bit compute type, everything else in f32; the CPU keeps all f32) */
-    hr_status (*tensor_alloc)(hr_backend *b, int64_t rows, int64_t cols, bool matmul_input,
+    /* narrow: the tensor may be kept in the 16-bit compute type: it feeds a
+     * matmul, or it is the gate/up product, which only SwiGLU reads (half
+     * the bytes written and read again, and what transformers keeps). The
+     * GPU keeps those narrow and everything else in f32; the CPU keeps all
+     * f32. The backend records its choice in be_tensor.narrow. */
+    hr_status (*tensor_alloc)(hr_backend *b, int64_t rows, int64_t cols, bool narrow,
                               be_tensor *out, hr_error *err);
     hr_status (*kv_alloc)(hr_backend *b, const be_config *cfg, hr_error *err);
 
@@ -135,11 +139,11 @@ typedef struct {
     void (*memory)(const hr_backend *b, struct be_memory *out);
 
     /* Tests and tools: copy rows of a tensor from / to f32 host memory
-     * (matmul_input as given to tensor_alloc: on the GPU those are 16-bit, so
+     * (narrow as given to tensor_alloc: on the GPU those are 16-bit, so
      * a write rounds and a read widens). */
-    hr_status (*write_tensor)(hr_backend *b, be_tensor *t, bool matmul_input, int64_t rows,
+    hr_status (*write_tensor)(hr_backend *b, be_tensor *t, bool narrow, int64_t rows,
                               const float *host, hr_error *err);
-    hr_status (*read_tensor)(hr_backend *b, const be_tensor *t, bool matmul_input, int64_t rows,
+    hr_status (*read_tensor)(hr_backend *b, const be_tensor *t, bool narrow, int64_t rows,
                              float *host, hr_error *err);
 } hr_backend_ops;
 

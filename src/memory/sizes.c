@@ -39,8 +39,8 @@ int64_t sizes_ld(sizes_device d, int64_t cols) {
     return (cols + pad - 1) / pad * pad;
 }
 
-uint64_t sizes_tensor(sizes_device d, int64_t rows, int64_t cols, bool matmul_input) {
-    uint64_t elem = d == SIZES_CUDA && matmul_input ? 2 : 4;
+uint64_t sizes_tensor(sizes_device d, int64_t rows, int64_t cols, bool narrow) {
+    uint64_t elem = d == SIZES_CUDA && narrow ? 2 : 4;
     return sizes_align((uint64_t)rows * (uint64_t)sizes_ld(d, cols) * elem, align_of(d));
 }
 

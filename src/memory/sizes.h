@@ -30,7 +30,7 @@ static inline uint64_t sizes_align(uint64_t n, uint64_t a) { return (n + a - 1) 
 /* Row stride (elements) of an activation tensor of cols columns. */
 int64_t sizes_ld(sizes_device d, int64_t cols);
 /* One activation tensor. */
-uint64_t sizes_tensor(sizes_device d, int64_t rows, int64_t cols, bool matmul_input);
+uint64_t sizes_tensor(sizes_device d, int64_t rows, int64_t cols, bool narrow);
 /* A weight made of n_parts stacked matrices (biases optional, per part). */
 uint64_t sizes_weight(sizes_device d, const model_tensor *const *parts,
                       const model_tensor *const *biases, int n_parts);

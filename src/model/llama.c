@@ -76,7 +76,7 @@ typedef struct {
 
 typedef struct {
     int64_t rows, cols;
-    bool matmul_input;
+    bool narrow;
     be_tensor *slot;
 } tensor_spec;
 
@@ -127,7 +127,7 @@ static int tensor_specs(const hr_model_info *in, const be_config *cfg, llama *lm
         {B, D, false, lm ? &lm->xp : NULL},
         {B, qkv_cols, false, lm ? &lm->qkv : NULL},
         {B, (int64_t)in->n_head * Dh, true, lm ? &lm->att : NULL},
-        {B, 2 * (int64_t)in->n_ff, false, lm ? &lm->gu : NULL},
+        {B, 2 * (int64_t)in->n_ff, true, lm ? &lm->gu : NULL},
         {B, in->n_ff, true, lm ? &lm->h : NULL},
         {cfg->max_out, D, true, lm ? &lm->xo : NULL},
         {cfg->max_out, in->n_vocab, false, lm ? &lm->logits : NULL},
@@ -181,7 +181,7 @@ hr_status llama_create(const hr_model *m, hr_backend *be, const be_config *cfg, 
     tensor_spec ts[9];
     int n_ts = tensor_specs(in, cfg, lm, ts);
     for (int i = 0; i < n_ts; i++)
-        if ((s = ops->tensor_alloc(be, ts[i].rows, ts[i].cols, ts[i].matmul_input, ts[i].slot,
+        if ((s = ops->tensor_alloc(be, ts[i].rows, ts[i].cols, ts[i].narrow, ts[i].slot,
                                    err)) != HR_OK)
             goto fail;
     if ((s = ops->kv_alloc(be, &lm->cfg, err)) != HR_OK)
@@ -243,7 +243,7 @@ void llama_plan(const hr_model *m, sizes_device d, const be_params *bp, const be
     int n_ts = tensor_specs(in, cfg, NULL, ts);
     uint64_t act = 0;
     for (int i = 0; i < n_ts; i++)
-        act += sizes_tensor(d, ts[i].rows, ts[i].cols, ts[i].matmul_input);
+        act += sizes_tensor(d, ts[i].rows, ts[i].cols, ts[i].narrow);
     *out = (be_memory){.weights = pc.weights,
                        .kv = sizes_kv(d, in, cfg),
                        .activations = act,

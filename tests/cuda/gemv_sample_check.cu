@@ -148,7 +148,8 @@ static void gemv_case(ck_dtype dt, int N, int K, int n, bool with_bias, int x_of
     CK(cudaMemcpy(d_W + w_off, W.data(), (size_t)N * K * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_b, bias.data(), (size_t)N * 4, cudaMemcpyHostToDevice));
     CK(cudaMemset(d_y, 0xAB, (size_t)(n * ldy + guard) * 4));
-    ck_gemv(0, d_y, ldy, d_x + x_off, ldx, d_W + w_off, with_bias ? d_b : nullptr, dt, n, N, K);
+    ck_gemv(0, d_y, false, ldy, d_x + x_off, ldx, d_W + w_off, with_bias ? d_b : nullptr, dt, n, N,
+            K);
     CK(cudaGetLastError());
     std::vector<float> y((size_t)(n * ldy + guard));
     CK(cudaMemcpy(y.data(), d_y, y.size() * 4, cudaMemcpyDeviceToHost));
@@ -354,7 +355,7 @@ static void time_gemv(const char *what, gemv_fn fn, int n, int N, int K,
     time_product(
         what,
         [&](cudaStream_t s, const uint16_t *W) {
-            fn(s, GemvArgs{d_y, (int64_t)N, d_x, (int64_t)K, W, nullptr, N, K});
+            fn(s, GemvArgs{d_y, false, (int64_t)N, d_x, (int64_t)K, W, nullptr, N, K});
         },
         n, N, K, Wbuf);
 }
@@ -470,7 +471,7 @@ static void batch_gemm_timing(void) {
                 "cuBLASLt",
                 [&](cudaStream_t s, const uint16_t *W) {
                     hr_error e = {};
-                    if (cuda_gemm_run(lt, s, d_y, N, d_x, K, W, CK_BF16, n, N, K, &e) != HR_OK)
+                    if (cuda_gemm_run(lt, s, d_y, false, N, d_x, K, W, CK_BF16, n, N, K, &e) != HR_OK)
                         fprintf(stderr, "cuBLASLt: %s\n", e.msg);
                 },
                 n, N, K, Wbuf);
@@ -899,7 +900,7 @@ static void graph_check(void) {
     cudaStream_t s;
     CK(cudaStreamCreate(&s));
     /* eager */
-    ck_gemv(s, d_y, N, d_x, K, d_W, nullptr, CK_BF16, n, N, K);
+    ck_gemv(s, d_y, false, N, d_x, K, d_W, nullptr, CK_BF16, n, N, K);
     ck_sample(s, d_t, d_y, N, n, V, d_p, nullptr);
     CK(cudaStreamSynchronize(s));
     CK(cudaGetLastError());
@@ -913,7 +914,7 @@ static void graph_check(void) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    ck_gemv(s, d_y, N, d_x, K, d_W, nullptr, CK_BF16, n, N, K);
+    ck_gemv(s, d_y, false, N, d_x, K, d_W, nullptr, CK_BF16, n, N, K);
     ck_sample(s, d_t, d_y, N, n, V, d_p, nullptr);
     CK(cudaStreamEndCapture(s, &graph));
     CK(cudaGraphInstantiate(&exec, graph, 0));

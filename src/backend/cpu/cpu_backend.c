@@ -143,7 +143,7 @@ static hr_status cpu_vector_create(hr_backend *b, const model_tensor *t, be_vect
     return HR_OK;
 }
 
-static hr_status cpu_tensor_alloc(hr_backend *b, int64_t rows, int64_t cols, bool matmul_input,
+static hr_status cpu_tensor_alloc(hr_backend *b, int64_t rows, int64_t cols, bool narrow,
                                   be_tensor *out, hr_error *err) {
     cpu_backend *c = (cpu_backend *)b;
     /* every activation is f32; rows padded to a cache line so neighbouring
@@ -153,9 +153,10 @@ static hr_status cpu_tensor_alloc(hr_backend *b, int64_t rows, int64_t cols, boo
     out->data = own(c, n);
     if (!out->data)
         return nomem(err, "activations", n);
-    c->activation_bytes += sizes_tensor(SIZES_CPU, rows, cols, matmul_input);
+    c->activation_bytes += sizes_tensor(SIZES_CPU, rows, cols, narrow);
     out->cols = cols;
     out->ld = ld;
+    out->narrow = false;
     return HR_OK;
 }
 
@@ -253,17 +254,17 @@ static void cpu_memory(const hr_backend *b, be_memory *out) {
                        .activations = c->activation_bytes, .workspace = c->workspace_bytes};
 }
 
-static hr_status cpu_write_tensor(hr_backend *b, be_tensor *t, bool matmul_input, int64_t rows,
+static hr_status cpu_write_tensor(hr_backend *b, be_tensor *t, bool narrow, int64_t rows,
                                   const float *host, hr_error *err) {
-    (void)b, (void)matmul_input, (void)err;
+    (void)b, (void)narrow, (void)err;
     for (int64_t r = 0; r < rows; r++)
         memcpy((float *)t->data + r * t->ld, host + r * t->cols, (size_t)t->cols * sizeof(float));
     return HR_OK;
 }
 
-static hr_status cpu_read_tensor(hr_backend *b, const be_tensor *t, bool matmul_input,
+static hr_status cpu_read_tensor(hr_backend *b, const be_tensor *t, bool narrow,
                                  int64_t rows, float *host, hr_error *err) {
-    (void)b, (void)matmul_input, (void)err;
+    (void)b, (void)narrow, (void)err;
     for (int64_t r = 0; r < rows; r++)
         memcpy(host + r * t->cols, (const float *)t->data + r * t->ld,
                (size_t)t->cols * sizeof(float));

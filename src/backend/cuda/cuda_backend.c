@@ -412,16 +412,17 @@ static hr_status cuda_vector_create(hr_backend *b, const model_tensor *t, be_vec
     return HR_OK;
 }
 
-static hr_status cuda_tensor_alloc(hr_backend *b, int64_t rows, int64_t cols, bool matmul_input,
+static hr_status cuda_tensor_alloc(hr_backend *b, int64_t rows, int64_t cols, bool narrow,
                                    be_tensor *out, hr_error *err) {
     cuda_backend *c = (cuda_backend *)b;
     /* rows padded to 64 elements: every row starts 128-byte aligned, as the
      * 16-byte vector loads and cuBLASLt prefer */
-    HR_TRY(dev_alloc(c, sizes_tensor(SIZES_CUDA, rows, cols, matmul_input), MEM_ACT,
+    HR_TRY(dev_alloc(c, sizes_tensor(SIZES_CUDA, rows, cols, narrow), MEM_ACT,
                      "activations", &out->data, err));
     int64_t ld = sizes_ld(SIZES_CUDA, cols);
     out->cols = cols;
     out->ld = ld;
+    out->narrow = narrow;
     return HR_OK;
 }
 
@@ -628,12 +629,15 @@ static void cuda_matmul(hr_backend *b, be_tensor *y, const be_tensor *x, const b
     if (n <= 0)
         return;
     mark(c, n <= CK_GEMV_MAX_ROWS ? "gemv" : "gemm", w->n_rows, w->k);
+    /* a narrow output (gate/up) has no bias in any model the engine runs */
+    HR_ASSERT(!(y->narrow && w->bias));
     if (n <= CK_GEMV_MAX_ROWS) {
-        ck_gemv(c->stream, y->data, y->ld, x->data, x->ld, w->w, w->bias, c->dt, (int)n,
-                (int)w->n_rows, (int)w->k);
+        ck_gemv(c->stream, y->data, y->narrow, y->ld, x->data, x->ld, w->w, w->bias, c->dt,
+                (int)n, (int)w->n_rows, (int)w->k);
     } else {
-        hr_status s = cuda_gemm_run(c->gemm, c->stream, y->data, y->ld, x->data, x->ld, w->w,
-                                    c->dt, (int)n, (int)w->n_rows, (int)w->k, &c->step_err);
+        hr_status s = cuda_gemm_run(c->gemm, c->stream, y->data, y->narrow, y->ld, x->data,
+                                    x->ld, w->w, c->dt, (int)n, (int)w->n_rows, (int)w->k,
+                                    &c->step_err);
         if (s != HR_OK) {
             c->step_status = s;
             return;
@@ -708,7 +712,8 @@ static void cuda_swiglu(hr_backend *b, be_tensor *h, const be_tensor *gu) {
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
     mark(c, "swiglu", 0, 0);
-    ck_swiglu(c->stream, h->data, h->ld, c->dt, gu->data, gu->ld, c->n_rows, (int)h->cols);
+    ck_swiglu(c->stream, h->data, h->ld, c->dt, gu->data, gu->narrow, gu->ld, c->n_rows,
+              (int)h->cols);
     op_error(c, "swiglu");
 }
 
@@ -817,14 +822,14 @@ static void cuda_held(const hr_backend *b, be_memory *out) {
 
 /* Tests: rows of a tensor to / from f32 host memory, converting the 16-bit
  * matmul inputs on the host. */
-static hr_status cuda_write_tensor(hr_backend *b, be_tensor *t, bool matmul_input, int64_t rows,
+static hr_status cuda_write_tensor(hr_backend *b, be_tensor *t, bool narrow, int64_t rows,
                                    const float *host, hr_error *err) {
     cuda_backend *c = (cuda_backend *)b;
-    size_t elem = matmul_input ? 2 : 4, n = (size_t)rows * (size_t)t->cols;
+    size_t elem = narrow ? 2 : 4, n = (size_t)rows * (size_t)t->cols;
     void *tmp = hr_malloc(n * elem);
     if (!tmp)
         return hr_err_set(err, HR_ERR_NOMEM, "cuda: out of host memory");
-    if (matmul_input)
+    if (narrow)
         for (size_t i = 0; i < n; i++)
             ((uint16_t *)tmp)[i] =
                 c->dt == CK_BF16 ? hr_f32_to_bf16(host[i]) : hr_f32_to_f16(host[i]);
@@ -843,10 +848,10 @@ static hr_status cuda_write_tensor(hr_backend *b, be_tensor *t, bool matmul_inpu
     return HR_OK;
 }
 
-static hr_status cuda_read_tensor(hr_backend *b, const be_tensor *t, bool matmul_input,
+static hr_status cuda_read_tensor(hr_backend *b, const be_tensor *t, bool narrow,
                                   int64_t rows, float *host, hr_error *err) {
     cuda_backend *c = (cuda_backend *)b;
-    size_t elem = matmul_input ? 2 : 4, n = (size_t)rows * (size_t)t->cols;
+    size_t elem = narrow ? 2 : 4, n = (size_t)rows * (size_t)t->cols;
     void *tmp = hr_malloc(n * elem);
     if (!tmp)
         return hr_err_set(err, HR_ERR_NOMEM, "cuda: out of host memory");
@@ -855,7 +860,7 @@ static hr_status cuda_read_tensor(hr_backend *b, const be_tensor *t, bool matmul
                                       (size_t)rows, cudaMemcpyDeviceToHost, c->stream);
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(c->stream);
-    if (e == cudaSuccess && matmul_input) {
+    if (e == cudaSuccess && narrow) {
         for (size_t i = 0; i < n; i++) {
             uint16_t h = ((uint16_t *)tmp)[i];
             host[i] = c->dt == CK_BF16 ? hr_bf16_to_f32(h) : hr_f16_to_f32(h);

@@ -37,8 +37,20 @@ extern "C" void ck_embed(cudaStream_t s, float *x, int64_t ldx, const void *tabl
 /* Blocks of 256 threads cover one row's F outputs, 4 per thread (16-byte
  * loads: F % 4 == 0, as the backend's multiple-of-8 rows guarantee, and
  * rows 16-byte aligned), 32-bit indices inside the row. */
-template <typename T>
-__global__ void swiglu_kernel(T *h, int64_t ldh, const float *gu, int64_t ldgu, int F,
+/* four consecutive elements from 16-byte (f32) or 8-byte (ck) loads */
+__device__ __forceinline__ float4 load4(const float *p) {
+    return *reinterpret_cast<const float4 *>(p);
+}
+
+template <typename T> __device__ __forceinline__ float4 load4(const T *p) {
+    const uint2 w = *reinterpret_cast<const uint2 *>(p);
+    const T *e = reinterpret_cast<const T *>(&w);
+    return make_float4(ck_to_f32(e[0]), ck_to_f32(e[1]), ck_to_f32(e[2]), ck_to_f32(e[3]));
+}
+
+/* G: the type of gu (float, or T when the gate/up product is kept narrow) */
+template <typename T, typename G>
+__global__ void swiglu_kernel(T *h, int64_t ldh, const G *gu, int64_t ldgu, int F,
                               int row_blocks) {
     pdl_wait();
     pdl_release();
@@ -46,23 +58,27 @@ __global__ void swiglu_kernel(T *h, int64_t ldh, const float *gu, int64_t ldgu, 
     const int c = ((int)(blockIdx.x % row_blocks) * 256 + (int)threadIdx.x) * 4;
     if (c >= F)
         return;
-    const float *gr = gu + r * ldgu;
-    const float4 g = *reinterpret_cast<const float4 *>(gr + c);
-    const float4 u = *reinterpret_cast<const float4 *>(gr + F + c);
+    const G *gr = gu + r * ldgu;
+    const float4 g = load4(gr + c);
+    const float4 u = load4(gr + F + c);
     ck_store4(h + r * ldh + c, make_float4(g.x / (1.0f + __expf(-g.x)) * u.x,
                                            g.y / (1.0f + __expf(-g.y)) * u.y,
                                            g.z / (1.0f + __expf(-g.z)) * u.z,
                                            g.w / (1.0f + __expf(-g.w)) * u.w));
 }
 
-extern "C" void ck_swiglu(cudaStream_t s, void *h, int64_t ldh, ck_dtype dt, const float *gu,
-                          int64_t ldgu, int n, int F) {
+extern "C" void ck_swiglu(cudaStream_t s, void *h, int64_t ldh, ck_dtype dt, const void *gu,
+                          bool gu_ck, int64_t ldgu, int n, int F) {
     if (n <= 0 || F <= 0)
         return;
     const int row_blocks = (F / 4 + 255) / 256;
     const unsigned grid = (unsigned)((int64_t)n * row_blocks);
-    CK_DISPATCH(dt, ck_launch(s, grid, 256, 0, swiglu_kernel<T>, (T *)h, ldh, gu, ldgu, F,
-                              row_blocks));
+    if (gu_ck)
+        CK_DISPATCH(dt, ck_launch(s, grid, 256, 0, swiglu_kernel<T, T>, (T *)h, ldh,
+                                  (const T *)gu, ldgu, F, row_blocks));
+    else
+        CK_DISPATCH(dt, ck_launch(s, grid, 256, 0, swiglu_kernel<T, float>, (T *)h, ldh,
+                                  (const float *)gu, ldgu, F, row_blocks));
 }
 
 template <typename T>

@@ -37,6 +37,7 @@
 typedef struct {
     int n, N, K;
     ck_dtype dt;
+    bool y_ck;
     int64_t ldx, ldy;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
@@ -98,9 +99,9 @@ void cuda_gemm_free(cuda_gemm *g) {
 }
 
 static hr_status entry_make(cuda_gemm *g, gemm_entry *e, int n, int N, int K, ck_dtype dt,
-                            int64_t ldx, int64_t ldy, hr_error *err) {
+                            bool y_ck, int64_t ldx, int64_t ldy, hr_error *err) {
     memset(e, 0, sizeof *e);
-    e->n = n, e->N = N, e->K = K, e->dt = dt, e->ldx = ldx, e->ldy = ldy;
+    e->n = n, e->N = N, e->K = K, e->dt = dt, e->y_ck = y_ck, e->ldx = ldx, e->ldy = ldy;
     cudaDataType_t in = dt == CK_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     LT_TRY(cublasLtMatmulDescCreate(&e->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
@@ -110,7 +111,8 @@ static hr_status entry_make(cuda_gemm *g, gemm_entry *e, int n, int N, int K, ck
            "transb");
     LT_TRY(cublasLtMatrixLayoutCreate(&e->a, in, (uint64_t)K, (uint64_t)N, K), "layout W");
     LT_TRY(cublasLtMatrixLayoutCreate(&e->b, in, (uint64_t)K, (uint64_t)n, ldx), "layout x");
-    LT_TRY(cublasLtMatrixLayoutCreate(&e->c, CUDA_R_32F, (uint64_t)N, (uint64_t)n, ldy),
+    LT_TRY(cublasLtMatrixLayoutCreate(&e->c, y_ck ? in : CUDA_R_32F, (uint64_t)N, (uint64_t)n,
+                                      ldy),
            "layout y");
     cublasLtMatmulPreference_t pref;
     LT_TRY(cublasLtMatmulPreferenceCreate(&pref), "preference");
@@ -131,13 +133,14 @@ static hr_status entry_make(cuda_gemm *g, gemm_entry *e, int n, int N, int K, ck
     return HR_OK;
 }
 
-hr_status cuda_gemm_run(cuda_gemm *g, cudaStream_t s, float *y, int64_t ldy, const void *x,
-                        int64_t ldx, const void *W, ck_dtype dt, int n, int N, int K,
-                        hr_error *err) {
+hr_status cuda_gemm_run(cuda_gemm *g, cudaStream_t s, void *y, bool y_ck, int64_t ldy,
+                        const void *x, int64_t ldx, const void *W, ck_dtype dt, int n, int N,
+                        int K, hr_error *err) {
     gemm_entry *e = NULL;
     for (int i = 0; i < g->n_cache && !e; i++) {
         gemm_entry *c = &g->cache[i];
-        if (c->n == n && c->N == N && c->K == K && c->dt == dt && c->ldx == ldx && c->ldy == ldy)
+        if (c->n == n && c->N == N && c->K == K && c->dt == dt && c->y_ck == y_ck &&
+            c->ldx == ldx && c->ldy == ldy)
             e = c;
     }
     if (!e) {
@@ -145,7 +148,7 @@ hr_status cuda_gemm_run(cuda_gemm *g, cudaStream_t s, float *y, int64_t ldy, con
         int slot = g->n_cache < GEMM_CACHE ? g->n_cache++ : g->next_evict++ % GEMM_CACHE;
         e = &g->cache[slot];
         entry_free(e);
-        hr_status st = entry_make(g, e, n, N, K, dt, ldx, ldy, err);
+        hr_status st = entry_make(g, e, n, N, K, dt, y_ck, ldx, ldy, err);
         if (st != HR_OK) {
             entry_free(e);
             return st;

@@ -1,5 +1,5 @@
 /*
- * gemv.cu — y (n, N) f32 = x (n, K) ck . W^T (+ bias) for decode, n <= 8.
+ * gemv.cu — y (n, N) f32 or ck = x (n, K) ck . W^T (+ bias) for decode, n <= 8.
  *
  * Shapes: n = activation rows of the step (1..CK_GEMV_MAX_ROWS), N = weight
  * rows (outputs), K = weight columns. W (N, K) ck row-major, bias (N) f32.
@@ -65,6 +65,15 @@ constexpr int kPrefetchRounds = 2;
 struct Bf16Tag {};
 struct F16Tag {};
 
+/* y[i] = v in the tag's type (a narrow output), rounded to nearest even */
+__device__ __forceinline__ void store_ck(Bf16Tag, void *y, int64_t i, float v) {
+    static_cast<__nv_bfloat16 *>(y)[i] = __float2bfloat16_rn(v);
+}
+
+__device__ __forceinline__ void store_ck(F16Tag, void *y, int64_t i, float v) {
+    static_cast<__half *>(y)[i] = __float2half_rn(v);
+}
+
 /* Two 16-bit floats packed in a 32-bit word (element 0 in the low half) to f32. */
 __device__ __forceinline__ void unpack2(Bf16Tag, uint32_t w, float &lo, float &hi) {
     lo = __uint_as_float(w << 16);
@@ -120,8 +129,9 @@ __device__ __forceinline__ uint4 load_scalar8(const uint16_t *p, int n_valid) {
  * VEC: 16-byte loads (K % 8 == 0, aligned); else 2-byte loads, any K. */
 template <class T, int NX, int RPW, int U, bool VEC>
 __global__ void __launch_bounds__(kGemvThreads)
-    gemv_kernel(float *__restrict__ y, int64_t ldy, const uint16_t *__restrict__ x, int64_t ldx,
-                const uint16_t *__restrict__ W, const float *__restrict__ bias, int N, int K) {
+    gemv_kernel(void *__restrict__ y, bool y_ck, int64_t ldy, const uint16_t *__restrict__ x,
+                int64_t ldx, const uint16_t *__restrict__ W, const float *__restrict__ bias, int N,
+                int K) {
     static_assert(RPW * NX <= 32, "one output per lane in the final store");
     const int lane = threadIdx.x & 31;
     const int64_t warp = (int64_t)blockIdx.x * kGemvWarps + (threadIdx.x >> 5);
@@ -216,13 +226,19 @@ __global__ void __launch_bounds__(kGemvThreads)
         const int64_t row = row0 + r;
 #pragma unroll
         for (int q = 0; q < NX; q++)
-            if (lane == r * NX + q && row < N)
-                y[q * ldy + row] = bias ? acc[r][q] + bias[row] : acc[r][q];
+            if (lane == r * NX + q && row < N) {
+                const float v = bias ? acc[r][q] + bias[row] : acc[r][q];
+                if (y_ck)
+                    store_ck(T(), y, q * ldy + row, v);
+                else
+                    static_cast<float *>(y)[q * ldy + row] = v;
+            }
     }
 }
 
 struct GemvArgs {
-    float *y;
+    void *y;
+    bool y_ck;
     int64_t ldy;
     const uint16_t *x;
     int64_t ldx;
@@ -235,8 +251,8 @@ template <class T, int NX, int RPW, int U, bool VEC>
 void gemv_launch_cfg(cudaStream_t s, const GemvArgs &a) {
     const int64_t rows_per_block = (int64_t)RPW * kGemvWarps;
     const int64_t n_block = ((int64_t)a.N + rows_per_block - 1) / rows_per_block;
-    ck_launch(s, (unsigned)n_block, kGemvThreads, 0, gemv_kernel<T, NX, RPW, U, VEC>, a.y, a.ldy,
-              a.x, a.ldx, a.W, a.bias, a.N, a.K);
+    ck_launch(s, (unsigned)n_block, kGemvThreads, 0, gemv_kernel<T, NX, RPW, U, VEC>, a.y, a.y_ck,
+              a.ldy, a.x, a.ldx, a.W, a.bias, a.N, a.K);
 }
 
 /* Production choice: 2 rows per warp, 2 chunks per row in flight. Measured
@@ -267,15 +283,24 @@ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 } // namespace
 
-extern "C" void ck_gemv(cudaStream_t s, float *y, int64_t ldy, const void *x, int64_t ldx,
-                        const void *W, const float *bias, ck_dtype dt, int n, int N, int K) {
+extern "C" void ck_gemv(cudaStream_t s, void *y, bool y_ck, int64_t ldy, const void *x,
+                        int64_t ldx, const void *W, const float *bias, ck_dtype dt, int n, int N,
+                        int K) {
     if (n <= 0 || N <= 0 || K < 0)
         return;
     const bool vec = K % 8 == 0 && aligned16(W) && aligned16(x) && (n == 1 || ldx % 8 == 0);
     for (int r0 = 0; r0 < n; r0 += CK_GEMV_MAX_ROWS) {
         const int nr = n - r0 < CK_GEMV_MAX_ROWS ? n - r0 : CK_GEMV_MAX_ROWS;
-        GemvArgs a = {y + (int64_t)r0 * ldy, ldy, (const uint16_t *)x + (int64_t)r0 * ldx, ldx,
-                      (const uint16_t *)W, bias, N, K};
+        const size_t y_elem = y_ck ? 2 : 4;
+        GemvArgs a = {static_cast<char *>(y) + (size_t)r0 * (size_t)ldy * y_elem,
+                      y_ck,
+                      ldy,
+                      (const uint16_t *)x + (int64_t)r0 * ldx,
+                      ldx,
+                      (const uint16_t *)W,
+                      bias,
+                      N,
+                      K};
         if (dt == CK_F16)
             vec ? gemv_launch_t<F16Tag, true>(s, a, nr) : gemv_launch_t<F16Tag, false>(s, a, nr);
         else

@@ -21,6 +21,7 @@
 #define HR_BACKEND_CUDA_KERNELS_H
 
 #include <cuda_runtime.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -54,9 +55,10 @@ void ck_rope_kv_store(cudaStream_t s, float *qkv, int64_t ld, void *k_pool, void
                       ck_dtype dt, const int32_t *pos, const int32_t *slot,
                       const float *inv_freq, int neox, int n, int H, int Hkv, int Dh, int BS);
 
-/* h (n, F) ck = silu(gu[:, :F]) * gu[:, F:2F], gu f32.
- * F % 4 == 0; h, gu 16-byte aligned, row strides multiples of 4 */
-void ck_swiglu(cudaStream_t s, void *h, int64_t ldh, ck_dtype dt, const float *gu,
+/* h (n, F) ck = silu(gu[:, :F]) * gu[:, F:2F], gu f32 or (gu_ck) ck.
+ * F % 4 == 0; h, gu 16-byte aligned (8 for a ck gu), row strides multiples
+ * of 4 */
+void ck_swiglu(cudaStream_t s, void *h, int64_t ldh, ck_dtype dt, const void *gu, bool gu_ck,
                int64_t ldgu, int n, int F);
 
 /* y (n_out, D) ck = rows[i] of x (ck) */
@@ -71,12 +73,13 @@ void ck_convert_f32_to_ck(cudaStream_t s, void *dst, const float *src, int64_t n
 
 /* ---- matrix-vector products for decode (gemv.cu) */
 
-/* y (n, N) f32 = x (n, K) ck . W^T (+ bias), W (N, K) ck row-major, row stride K.
+/* y (n, N) = x (n, K) ck . W^T (+ bias), W (N, K) ck row-major, row stride K;
+ * y f32, or ck when y_ck (rounded once from the f32 sum).
  * For small n (decode): each warp streams weight rows with 16-byte loads and
  * reuses them for all n rows. n <= CK_GEMV_MAX_ROWS, K % 8 == 0. */
 #define CK_GEMV_MAX_ROWS 8
-void ck_gemv(cudaStream_t s, float *y, int64_t ldy, const void *x, int64_t ldx, const void *W,
-             const float *bias, ck_dtype dt, int n, int N, int K);
+void ck_gemv(cudaStream_t s, void *y, bool y_ck, int64_t ldy, const void *x, int64_t ldx,
+             const void *W, const float *bias, ck_dtype dt, int n, int N, int K);
 
 /* ---- attention over the paged KV cache (attention.cu) */
 

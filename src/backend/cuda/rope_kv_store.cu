@@ -21,6 +21,8 @@
  */
 #include "backend/cuda/common.cuh"
 
+#define ROPE_ILP 4
+
 template <typename T>
 __global__ void rope_kv_store_kernel(float *qkv, int64_t ld, T *k_pool, T *v_pool,
                                      const int32_t *pos, const int32_t *slot,
@@ -39,19 +41,42 @@ __global__ void rope_kv_store_kernel(float *qkv, int64_t ld, T *k_pool, T *v_poo
     const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
     const int64_t sl = slot[r];
     const int64_t page0 = (sl / BS * Hkv) * BS + sl % BS; /* (block, kv head 0, offset) */
-    for (int h = hb * groups + group; h < H + Hkv; h += groups * head_blocks) {
-        float *x = row + h * Dh;
-        const float x0 = x[a], x1 = x[b];
-        const float y0 = x0 * c - x1 * s, y1 = x1 * c + x0 * s;
-        x[a] = y0;
-        x[b] = y1;
-        if (h >= H) { /* a k head: it and its v go to the pools */
-            const int64_t at = (page0 + (int64_t)(h - H) * BS) * Dh;
-            const float *v = x + Hkv * Dh;
-            ck_from_f32(&k_pool[at + a], y0);
-            ck_from_f32(&k_pool[at + b], y1);
-            ck_from_f32(&v_pool[at + a], v[a]);
-            ck_from_f32(&v_pool[at + b], v[b]);
+    const int stride = groups * head_blocks;
+    /* ROPE_ILP heads at a time, all their loads before any store: the
+     * stores to the row could alias the next head's loads as far as the
+     * compiler knows, so a plain loop waits out one load latency per head */
+    for (int h0 = hb * groups + group; h0 < H + Hkv; h0 += ROPE_ILP * stride) {
+        float x0[ROPE_ILP], x1[ROPE_ILP], v0[ROPE_ILP], v1[ROPE_ILP];
+#pragma unroll
+        for (int u = 0; u < ROPE_ILP; u++) {
+            const int h = h0 + u * stride;
+            x0[u] = x1[u] = v0[u] = v1[u] = 0.0f;
+            if (h < H + Hkv) {
+                const float *x = row + h * Dh;
+                x0[u] = x[a];
+                x1[u] = x[b];
+                if (h >= H) { /* a k head: its v goes to the pool with it */
+                    v0[u] = x[Hkv * Dh + a];
+                    v1[u] = x[Hkv * Dh + b];
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < ROPE_ILP; u++) {
+            const int h = h0 + u * stride;
+            if (h >= H + Hkv)
+                break;
+            float *x = row + h * Dh;
+            const float y0 = x0[u] * c - x1[u] * s, y1 = x1[u] * c + x0[u] * s;
+            x[a] = y0;
+            x[b] = y1;
+            if (h >= H) {
+                const int64_t at = (page0 + (int64_t)(h - H) * BS) * Dh;
+                ck_from_f32(&k_pool[at + a], y0);
+                ck_from_f32(&k_pool[at + b], y1);
+                ck_from_f32(&v_pool[at + a], v0[u]);
+                ck_from_f32(&v_pool[at + b], v1[u]);
+            }
         }
     }
 }
