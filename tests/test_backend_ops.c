@@ -116,7 +116,7 @@ static bool setup_side(side *s, hr_backend *b, model_tensor *const *qkv_parts,
               o->vector_create(b, norm, &s->norm, &err) == HR_OK &&
               o->tensor_alloc(b, B, sh->D, false, &s->x, &err) == HR_OK &&
               o->tensor_alloc(b, B, sh->D, true, &s->xb, &err) == HR_OK &&
-              o->tensor_alloc(b, B, sh->D, false, &s->xp, &err) == HR_OK &&
+              o->tensor_alloc(b, B, sh->D, true, &s->xp, &err) == HR_OK &&
               o->tensor_alloc(b, B, qkv_cols, false, &s->qkv, &err) == HR_OK &&
               o->tensor_alloc(b, B, (int64_t)sh->H * sh->Dh, true, &s->att, &err) == HR_OK &&
               o->tensor_alloc(b, B, 2 * (int64_t)sh->F, true, &s->gu, &err) == HR_OK &&
@@ -281,8 +281,8 @@ static void run_shape(const shape *sh, bool naive) {
         co->rmsnorm(cb, &C.xb, &C.x, C.norm, 1e-5f, R);
         go->rmsnorm(gb, &G.xb, &G.x, G.norm, 1e-5f, R);
         compare("rmsnorm", sh, &C, &G, &C.xb, &G.xb, true, R, r16, 1e-5, 1e-4);
-        float *dx = rand_vec(R * sh->D, 1.0f, HR_DTYPE_F32);
-        write_both(&C, &G, &C.xp, &G.xp, false, R, dx);
+        float *dx = rand_vec(R * sh->D, 1.0f, ck); /* exact in the narrow xp */
+        write_both(&C, &G, &C.xp, &G.xp, true, R, dx);
         co->add_rmsnorm(cb, &C.x, &C.xp, &C.xb, C.norm, 1e-5f);
         go->add_rmsnorm(gb, &G.x, &G.xp, &G.xb, G.norm, 1e-5f);
         compare("add_resid", sh, &C, &G, &C.x, &G.x, false, R, 1e-6, 1e-7, 1e-10);

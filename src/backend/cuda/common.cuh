@@ -32,6 +32,19 @@ template <typename T> __device__ __forceinline__ void ck_store4(T *p, float4 v) 
     *reinterpret_cast<uint2 *>(p) = u;
 }
 
+/* Four consecutive elements as f32: one 16-byte load of f32 (p 16-byte
+ * aligned), or one 8-byte load of ck (p 8-byte aligned; a narrow tensor). */
+__device__ __forceinline__ float4 ck_load4(const float *p) {
+    return *reinterpret_cast<const float4 *>(p);
+}
+
+template <typename T> __device__ __forceinline__ float4 ck_load4(const T *p) {
+    const uint2 u = *reinterpret_cast<const uint2 *>(p);
+    T h[4];
+    memcpy(h, &u, sizeof u);
+    return make_float4(ck_to_f32(h[0]), ck_to_f32(h[1]), ck_to_f32(h[2]), ck_to_f32(h[3]));
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)

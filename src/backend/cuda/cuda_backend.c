@@ -607,8 +607,8 @@ static void cuda_rmsnorm(hr_backend *b, be_tensor *y, const be_tensor *x, const 
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
     mark(c, "rmsnorm", 0, 0);
-    ck_add_rmsnorm(c->stream, x->data, x->ld, NULL, 0, y->data, y->ld, c->dt, w->data, eps,
-                   (int)n, (int)x->cols);
+    ck_add_rmsnorm(c->stream, x->data, x->ld, NULL, false, 0, y->data, y->ld, c->dt, w->data,
+                   eps, (int)n, (int)x->cols);
     op_error(c, "rmsnorm");
 }
 
@@ -617,8 +617,8 @@ static void cuda_add_rmsnorm(hr_backend *b, be_tensor *x, const be_tensor *dx, b
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
     mark(c, "add_rmsnorm", 0, 0);
-    ck_add_rmsnorm(c->stream, x->data, x->ld, dx->data, dx->ld, y->data, y->ld, c->dt, w->data,
-                   eps, c->n_rows, (int)x->cols);
+    ck_add_rmsnorm(c->stream, x->data, x->ld, dx->data, dx->narrow, dx->ld, y->data, y->ld,
+                   c->dt, w->data, eps, c->n_rows, (int)x->cols);
     op_error(c, "add_rmsnorm");
 }
 

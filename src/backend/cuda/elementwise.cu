@@ -37,17 +37,6 @@ extern "C" void ck_embed(cudaStream_t s, float *x, int64_t ldx, const void *tabl
 /* Blocks of 256 threads cover one row's F outputs, 4 per thread (16-byte
  * loads: F % 4 == 0, as the backend's multiple-of-8 rows guarantee, and
  * rows 16-byte aligned), 32-bit indices inside the row. */
-/* four consecutive elements from 16-byte (f32) or 8-byte (ck) loads */
-__device__ __forceinline__ float4 load4(const float *p) {
-    return *reinterpret_cast<const float4 *>(p);
-}
-
-template <typename T> __device__ __forceinline__ float4 load4(const T *p) {
-    const uint2 w = *reinterpret_cast<const uint2 *>(p);
-    const T *e = reinterpret_cast<const T *>(&w);
-    return make_float4(ck_to_f32(e[0]), ck_to_f32(e[1]), ck_to_f32(e[2]), ck_to_f32(e[3]));
-}
-
 /* G: the type of gu (float, or T when the gate/up product is kept narrow) */
 template <typename T, typename G>
 __global__ void swiglu_kernel(T *h, int64_t ldh, const G *gu, int64_t ldgu, int F,
@@ -59,8 +48,8 @@ __global__ void swiglu_kernel(T *h, int64_t ldh, const G *gu, int64_t ldgu, int 
     if (c >= F)
         return;
     const G *gr = gu + r * ldgu;
-    const float4 g = load4(gr + c);
-    const float4 u = load4(gr + F + c);
+    const float4 g = ck_load4(gr + c);
+    const float4 u = ck_load4(gr + F + c);
     ck_store4(h + r * ldh + c, make_float4(g.x / (1.0f + __expf(-g.x)) * u.x,
                                            g.y / (1.0f + __expf(-g.y)) * u.y,
                                            g.z / (1.0f + __expf(-g.z)) * u.z,

@@ -42,10 +42,12 @@ int ck_pdl_on(void);
 void ck_embed(cudaStream_t s, float *x, int64_t ldx, const void *table, ck_dtype dt,
               const int32_t *tokens, int n, int D);
 
-/* if dx: x += dx (both f32); then y (n, D) ck = x / rms(x) * w.
- * D % 4 == 0; x, dx, y, w 16-byte aligned, row strides multiples of 4 */
-void ck_add_rmsnorm(cudaStream_t s, float *x, int64_t ldx, const float *dx, int64_t lddx,
-                    void *y, int64_t ldy, ck_dtype dt, const float *w, float eps, int n, int D);
+/* if dx: x += dx (x f32; dx f32, or ck when dx_ck); then y (n, D) ck = x /
+ * rms(x) * w. D % 4 == 0; x, dx, y, w 16-byte aligned, row strides
+ * multiples of 4 */
+void ck_add_rmsnorm(cudaStream_t s, float *x, int64_t ldx, const void *dx, bool dx_ck,
+                    int64_t lddx, void *y, int64_t ldy, ck_dtype dt, const float *w, float eps,
+                    int n, int D);
 
 /* rotates the first H + Hkv heads of each qkv row (f32, in place) at pos[row];
  * neox: pairs (i, i + Dh/2), else (2i, 2i + 1); angle pos * inv_freq[i] (f32);

@@ -1,6 +1,7 @@
 /*
  * rmsnorm.cu — the residual add fused with the next RMSNorm:
- * x += dx (f32, in place), then y = x / sqrt(mean(x^2) + eps) * w in ck.
+ * x += dx (x f32, in place; dx f32 or, narrow, ck), then
+ * y = x / sqrt(mean(x^2) + eps) * w in ck.
  * One block of 256 threads per row, 4 consecutive elements per thread and
  * 16-byte loads (D % 4 == 0 and rows 16-byte aligned, which the backend's
  * multiple-of-8 rows guarantee): one pass adds and sums squares (kept in
@@ -22,16 +23,17 @@ __device__ __forceinline__ float4 scaled4(float4 w, float4 x, float scale) {
                        w.w * (x.w * scale));
 }
 
-template <typename T>
+/* DX: the type of dx (f32, or T when the projection output is kept narrow) */
+template <typename T, typename DX>
 __global__ void __launch_bounds__(NORM_THREADS)
-    add_rmsnorm_kernel(float *x, int64_t ldx, const float *dx, int64_t lddx, T *y, int64_t ldy,
+    add_rmsnorm_kernel(float *x, int64_t ldx, const DX *dx, int64_t lddx, T *y, int64_t ldy,
                        const float *w, float eps, int D) {
     __shared__ float scratch[32];
     pdl_wait();
     pdl_release();
     const int64_t r = blockIdx.x;
     float4 *xr = reinterpret_cast<float4 *>(x + r * ldx);
-    const float4 *dr = dx ? reinterpret_cast<const float4 *>(dx + r * lddx) : nullptr;
+    const DX *dr = dx ? dx + r * lddx : nullptr;
     const float4 *wr = reinterpret_cast<const float4 *>(w);
     const int D4 = D / 4;
     float4 cache[NORM_CACHE];
@@ -43,7 +45,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
         if (i < D4) {
             v = xr[i];
             if (dr) {
-                v = add4(v, dr[i]);
+                v = add4(v, ck_load4(dr + 4 * i));
                 xr[i] = v;
             }
         }
@@ -53,7 +55,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
     for (int i = threadIdx.x + NORM_CACHE * NORM_THREADS; i < D4; i += NORM_THREADS) {
         float4 v = xr[i];
         if (dr) {
-            v = add4(v, dr[i]);
+            v = add4(v, ck_load4(dr + 4 * i));
             xr[i] = v;
         }
         ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
@@ -71,11 +73,15 @@ __global__ void __launch_bounds__(NORM_THREADS)
         ck_store4(yr + 4 * i, scaled4(wr[i], xr[i], scale));
 }
 
-extern "C" void ck_add_rmsnorm(cudaStream_t s, float *x, int64_t ldx, const float *dx,
-                               int64_t lddx, void *y, int64_t ldy, ck_dtype dt, const float *w,
-                               float eps, int n, int D) {
+extern "C" void ck_add_rmsnorm(cudaStream_t s, float *x, int64_t ldx, const void *dx,
+                               bool dx_ck, int64_t lddx, void *y, int64_t ldy, ck_dtype dt,
+                               const float *w, float eps, int n, int D) {
     if (n <= 0)
         return;
-    CK_DISPATCH(dt, ck_launch(s, (unsigned)n, NORM_THREADS, 0, add_rmsnorm_kernel<T>, x, ldx, dx,
-                              lddx, (T *)y, ldy, w, eps, D));
+    if (dx_ck)
+        CK_DISPATCH(dt, ck_launch(s, (unsigned)n, NORM_THREADS, 0, add_rmsnorm_kernel<T, T>, x,
+                                  ldx, (const T *)dx, lddx, (T *)y, ldy, w, eps, D));
+    else
+        CK_DISPATCH(dt, ck_launch(s, (unsigned)n, NORM_THREADS, 0, add_rmsnorm_kernel<T, float>,
+                                  x, ldx, (const float *)dx, lddx, (T *)y, ldy, w, eps, D));
 }
