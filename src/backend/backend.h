@@ -94,10 +94,10 @@ typedef struct {
     hr_status (*vector_create)(hr_backend *b, const model_tensor *t, be_vector **out,
                                hr_error *err);
     /* narrow: the tensor may be kept in the 16-bit compute type: it feeds a
-     * matmul, or it is a projection output that one kernel reads once (the
-     * gate/up product, read by SwiGLU; the o and down outputs, added to the
-     * f32 residual): half the bytes written and read again, and what
-     * transformers keeps. The
+     * matmul, or it is a projection output (qkv, rotated in place and read
+     * by attention; the gate/up product, read by SwiGLU; the o and down
+     * outputs, added to the f32 residual): half the bytes written and read
+     * again, and what transformers keeps. The
      * GPU keeps those narrow and everything else in f32; the CPU keeps all
      * f32. The backend records its choice in be_tensor.narrow. */
     hr_status (*tensor_alloc)(hr_backend *b, int64_t rows, int64_t cols, bool narrow,

@@ -125,7 +125,7 @@ static int tensor_specs(const hr_model_info *in, const be_config *cfg, llama *lm
         {B, D, false, lm ? &lm->x : NULL},
         {B, D, true, lm ? &lm->xb : NULL},
         {B, D, true, lm ? &lm->xp : NULL},
-        {B, qkv_cols, false, lm ? &lm->qkv : NULL},
+        {B, qkv_cols, true, lm ? &lm->qkv : NULL},
         {B, (int64_t)in->n_head * Dh, true, lm ? &lm->att : NULL},
         {B, 2 * (int64_t)in->n_ff, true, lm ? &lm->gu : NULL},
         {B, in->n_ff, true, lm ? &lm->h : NULL},

@@ -4,7 +4,7 @@
  * the naive fallback for head sizes without a flash instance) against a
  * double-precision reference computed here, on random data laid out like
  * the engine's: KV pools (NB, Hkv, BS, Dh) with shuffled block tables, q
- * inside a padded qkv row, a padded output.
+ * (ck, values exact in ck) inside a padded qkv row, a padded output.
  *
  * Traps: positions past each sequence's context, unused blocks, the k/v
  * columns of qkv and every output element start as NaN, so a read outside
@@ -14,7 +14,7 @@
  *
  * Error: max |gpu - ref| over the checked elements, and that over max |ref|
  * ("rel"), against 1e-2: bf16 holds 8 bits (output rounding alone is 2^-9 =
- * 2e-3 relative), and prefill also rounds q and P to ck for the tensor cores.
+ * 2e-3 relative), and prefill also rounds P to ck for the tensor cores.
  * Segments over 160 rows check a sample of rows (tile edges, first, last,
  * every 37th). Timed prefill cases come in pairs, t64 and t128, to show the
  * narrow and the wide kernel side by side.
@@ -179,6 +179,10 @@ static uint16_t to_ck(ck_dtype dt, float v) {
     return dt == CK_BF16 ? hr_f32_to_bf16(v) : hr_f32_to_f16(v);
 }
 
+static float from_ck(ck_dtype dt, uint16_t v) {
+    return dt == CK_BF16 ? hr_bf16_to_f32(v) : hr_f16_to_f32(v);
+}
+
 static uint16_t ck_nan(ck_dtype dt) { return dt == CK_BF16 ? (uint16_t)0x7fc0 : (uint16_t)0x7e00; }
 
 static std::vector<float> ck_table(ck_dtype dt) { /* every 16-bit pattern -> f32 */
@@ -282,8 +286,9 @@ static void build(const case_spec *c, host_case &hc) {
                                i % 37 == 0);
             for (int h = 0; h < c->H; h++) {
                 float amp = h % 3 == 0 ? 1.0f : h % 3 == 1 ? 4.0f : 8.0f;
-                for (int d = 0; d < Dh; d++)
-                    hc.qkv[(size_t)r * hc.ld_qkv + (size_t)h * Dh + d] = rng_uniform(-amp, amp);
+                for (int d = 0; d < Dh; d++) /* q is ck on the device: exact values */
+                    hc.qkv[(size_t)r * hc.ld_qkv + (size_t)h * Dh + d] =
+                        from_ck(c->dt, to_ck(c->dt, rng_uniform(-amp, amp)));
             }
         }
         if (sg->mode == SEG_PRE)
@@ -379,7 +384,11 @@ static int run_case(const case_spec *c, void *flush, size_t flush_bytes) {
     int32_t *d_t0 = hc.tile_row0.empty() ? NULL : dev_copy(hc.tile_row0);
     int32_t *d_tn = hc.tile_n.empty() ? NULL : dev_copy(hc.tile_n);
     uint16_t *d_k = dev_copy(hc.k_pool), *d_v = dev_copy(hc.v_pool), *d_out = dev_copy(hc.out);
-    float *d_qkv = dev_copy(hc.qkv), *d_work = NULL;
+    std::vector<uint16_t> qkv_ck(hc.qkv.size());
+    for (size_t i = 0; i < qkv_ck.size(); i++)
+        qkv_ck[i] = to_ck(c->dt, hc.qkv[i]); /* exact; NaN padding stays NaN */
+    uint16_t *d_qkv = dev_copy(qkv_ck);
+    float *d_work = NULL;
     /* decode partials are per decode row, naive scores per row of the step
      * (the naive path and the fallback for other head sizes) */
     int64_t work_floats =

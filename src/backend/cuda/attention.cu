@@ -257,7 +257,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode_kernel(const ck
     const float qscale = a.scale * ATT_LOG2E;
     for (int i = tid; i < GB * DH; i += blockDim.x) {
         int j = i / DH, d = i % DH;
-        q_s[i] = j < nh ? a.qkv[(int64_t)r * a.ld_qkv + (int64_t)(h0 + j) * DH + d] * qscale
+        q_s[i] = j < nh ? ck_to_f32(static_cast<const T *>(
+                              a.qkv)[(int64_t)r * a.ld_qkv + (int64_t)(h0 + j) * DH + d]) *
+                              qscale
                         : 0.0f;
     }
     __syncthreads();
@@ -654,33 +656,31 @@ __global__ void __launch_bounds__(PRE_WARPS * 32, PRE_MIN_BLOCKS)
     prefill_q<T, DH, MB> q;
     if constexpr (MB == 1) {
         /* a0..a3 from the lane's two rows; rows past n are 0 */
-        const float *qra = a.qkv + (int64_t)(r0 + ra0) * a.ld_qkv + (int64_t)h * DH + 2 * tig;
-        const float *qrb = qra + 8 * a.ld_qkv;
+        const T *qra = static_cast<const T *>(a.qkv) + (int64_t)(r0 + ra0) * a.ld_qkv +
+                       (int64_t)h * DH + 2 * tig;
+        const T *qrb = qra + 8 * a.ld_qkv;
         const bool va = ra0 < n, vb = ra0 + 8 < n;
 #pragma unroll
         for (int ks = 0; ks < KS; ks++)
 #pragma unroll
             for (int hk = 0; hk < 2; hk++) {
                 const int d = ks * 16 + hk * 8;
-                q.f[ks][2 * hk] = ck_pair<T>::pack(va ? qra[d] : 0.0f, va ? qra[d + 1] : 0.0f);
-                q.f[ks][2 * hk + 1] =
-                    ck_pair<T>::pack(vb ? qrb[d] : 0.0f, vb ? qrb[d + 1] : 0.0f);
+                q.f[ks][2 * hk] = va ? *reinterpret_cast<const uint32_t *>(qra + d) : 0u;
+                q.f[ks][2 * hk + 1] = vb ? *reinterpret_cast<const uint32_t *>(qrb + d) : 0u;
             }
     } else {
         /* the Q tile in ck (rows past n are 0), published by the barrier
          * below; consecutive threads take consecutive pairs of a row, and
          * 16 iterations at a time keep 32 loads in flight per thread */
         constexpr int NQ = RW * DH / 64; /* pairs per thread: RW DH / 2 / 128 */
-        const float *q0 = a.qkv + (int64_t)r0 * a.ld_qkv + (int64_t)h * DH;
+        const T *q0 = static_cast<const T *>(a.qkv) + (int64_t)r0 * a.ld_qkv + (int64_t)h * DH;
 #pragma unroll 16
         for (int k = 0; k < NQ; k++) {
             const int i = tid + k * PRE_WARPS * 32;
             const int row = i / (DH / 2), d = 2 * (i % (DH / 2));
             uint32_t w = 0; /* two zeros, in bf16 and f16 alike */
-            if (row < n) {
-                const float *qr = q0 + (int64_t)row * a.ld_qkv + d;
-                w = ck_pair<T>::pack(qr[0], qr[1]);
-            }
+            if (row < n)
+                w = *reinterpret_cast<const uint32_t *>(q0 + (int64_t)row * a.ld_qkv + d);
             *reinterpret_cast<uint32_t *>(q_s + row * LDS + d) = w;
         }
         q.lane_row = q_s + (warp * RW + (mat & 1) * 8 + mrow) * LDS + (mat >> 1) * 8;
@@ -938,8 +938,9 @@ __global__ void __launch_bounds__(NAIVE_THREADS) attn_naive_kernel(const ck_attn
     const T *kp = static_cast<const T *>(a.k_pool), *vp = static_cast<const T *>(a.v_pool);
     float *sc = a.work + ((int64_t)r * a.H + h) * ((int64_t)a.max_blocks * a.BS);
 
+    const T *q = static_cast<const T *>(a.qkv) + (int64_t)r * a.ld_qkv + (int64_t)h * Dh;
     for (int d = tid; d < Dh; d += blockDim.x)
-        q_s[d] = a.qkv[(int64_t)r * a.ld_qkv + (int64_t)h * Dh + d];
+        q_s[d] = ck_to_f32(q[d]);
     __syncthreads();
 
     /* scores: one warp per position */

@@ -18,6 +18,9 @@ __device__ __forceinline__ float ck_to_f32(__nv_bfloat16 v) { return __bfloat162
 __device__ __forceinline__ float ck_to_f32(__half v) { return __half2float(v); }
 __device__ __forceinline__ void ck_from_f32(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void ck_from_f32(__half *p, float v) { *p = __float2half_rn(v); }
+/* f32 through the same names, for kernels that take either */
+__device__ __forceinline__ float ck_to_f32(float v) { return v; }
+__device__ __forceinline__ void ck_from_f32(float *p, float v) { *p = v; }
 
 /* Four floats rounded to ck and stored with one 8-byte store (p 8-byte
  * aligned): the vectorised row kernels' output. */

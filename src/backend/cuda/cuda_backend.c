@@ -629,8 +629,6 @@ static void cuda_matmul(hr_backend *b, be_tensor *y, const be_tensor *x, const b
     if (n <= 0)
         return;
     mark(c, n <= CK_GEMV_MAX_ROWS ? "gemv" : "gemm", w->n_rows, w->k);
-    /* a narrow output (gate/up) has no bias in any model the engine runs */
-    HR_ASSERT(!(y->narrow && w->bias));
     if (n <= CK_GEMV_MAX_ROWS) {
         ck_gemv(c->stream, y->data, y->narrow, y->ld, x->data, x->ld, w->w, w->bias, c->dt,
                 (int)n, (int)w->n_rows, (int)w->k);
@@ -642,8 +640,9 @@ static void cuda_matmul(hr_backend *b, be_tensor *y, const be_tensor *x, const b
             c->step_status = s;
             return;
         }
-        if (w->bias)
-            ck_add_bias(c->stream, y->data, y->ld, w->bias, (int)n, (int)w->n_rows);
+        if (w->bias) /* narrow (qkv): a second rounding; the GEMV rounds once */
+            ck_add_bias(c->stream, y->data, y->narrow, y->ld, w->bias, (int)n, (int)w->n_rows,
+                        c->dt);
     }
     op_error(c, "matmul");
 }

@@ -91,18 +91,25 @@ extern "C" void ck_gather(cudaStream_t s, void *y, int64_t ldy, const void *x, i
                               rows, n_out, D));
 }
 
-__global__ void add_bias_kernel(float *y, int64_t ldy, const float *bias, int n, int N) {
+/* Y: f32, or T for a narrow output */
+template <typename Y>
+__global__ void add_bias_kernel(Y *y, int64_t ldy, const float *bias, int n, int N) {
     int64_t total = (int64_t)n * N;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-         i += (int64_t)gridDim.x * blockDim.x)
-        y[(i / N) * ldy + i % N] += bias[i % N];
+         i += (int64_t)gridDim.x * blockDim.x) {
+        Y *p = &y[(i / N) * ldy + i % N];
+        ck_from_f32(p, ck_to_f32(*p) + bias[i % N]);
+    }
 }
 
-extern "C" void ck_add_bias(cudaStream_t s, float *y, int64_t ldy, const float *bias, int n,
-                            int N) {
+extern "C" void ck_add_bias(cudaStream_t s, void *y, bool y_ck, int64_t ldy, const float *bias,
+                            int n, int N, ck_dtype dt) {
     unsigned blocks = ck_blocks((int64_t)n * N, 256);
     blocks = blocks > 4096 ? 4096 : blocks;
-    add_bias_kernel<<<blocks, 256, 0, s>>>(y, ldy, bias, n, N);
+    if (y_ck)
+        CK_DISPATCH(dt, (add_bias_kernel<T><<<blocks, 256, 0, s>>>((T *)y, ldy, bias, n, N)));
+    else
+        add_bias_kernel<float><<<blocks, 256, 0, s>>>((float *)y, ldy, bias, n, N);
 }
 
 template <typename T> __global__ void convert_kernel(T *dst, const float *src, int64_t n) {

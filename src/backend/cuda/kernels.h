@@ -49,11 +49,11 @@ void ck_add_rmsnorm(cudaStream_t s, float *x, int64_t ldx, const void *dx, bool 
                     int64_t lddx, void *y, int64_t ldy, ck_dtype dt, const float *w, float eps,
                     int n, int D);
 
-/* rotates the first H + Hkv heads of each qkv row (f32, in place) at pos[row];
+/* rotates the first H + Hkv heads of each qkv row (ck, in place) at pos[row];
  * neox: pairs (i, i + Dh/2), else (2i, 2i + 1); angle pos * inv_freq[i] (f32);
  * then k (rotated) and v of each row into the layer's pools at slot[row] =
  * block * BS + offset; pool layout (NB, Hkv, BS, Dh) ck */
-void ck_rope_kv_store(cudaStream_t s, float *qkv, int64_t ld, void *k_pool, void *v_pool,
+void ck_rope_kv_store(cudaStream_t s, void *qkv, int64_t ld, void *k_pool, void *v_pool,
                       ck_dtype dt, const int32_t *pos, const int32_t *slot,
                       const float *inv_freq, int neox, int n, int H, int Hkv, int Dh, int BS);
 
@@ -67,8 +67,10 @@ void ck_swiglu(cudaStream_t s, void *h, int64_t ldh, ck_dtype dt, const void *gu
 void ck_gather(cudaStream_t s, void *y, int64_t ldy, const void *x, int64_t ldx, ck_dtype dt,
                const int32_t *rows, int n_out, int D);
 
-/* y (n, N) f32 += bias (N) */
-void ck_add_bias(cudaStream_t s, float *y, int64_t ldy, const float *bias, int n, int N);
+/* y (n, N) += bias (N); y f32, or ck when y_ck (then rounded a second time:
+ * the GEMM rounded its output already) */
+void ck_add_bias(cudaStream_t s, void *y, bool y_ck, int64_t ldy, const float *bias, int n,
+                 int N, ck_dtype dt);
 
 /* dst ck = src f32, n elements (weight upload conversions) */
 void ck_convert_f32_to_ck(cudaStream_t s, void *dst, const float *src, int64_t n, ck_dtype dt);
@@ -86,7 +88,7 @@ void ck_gemv(cudaStream_t s, void *y, bool y_ck, int64_t ldy, const void *x, int
 /* ---- attention over the paged KV cache (attention.cu) */
 
 typedef struct {
-    const float *qkv;          /* (n_rows, (H + 2 Hkv) Dh) f32, q first, rope applied */
+    const void *qkv;           /* (n_rows, (H + 2 Hkv) Dh) ck, q first, rope applied */
     int64_t ld_qkv;
     void *out;                 /* (n_rows, H Dh) ck */
     int64_t ld_out;

@@ -1,7 +1,8 @@
 /*
  * rope_kv_store.cu — rotary embedding of q and k inside the fused qkv rows
- * (f32, in place), and the rotated k with v into the paged pools (ck) at
- * each row's slot, in one pass over the row.
+ * (ck, in place: the narrow projection output, rounded once more after the
+ * rotation as transformers' bf16 rotation does), and the rotated k with v
+ * into the paged pools (ck) at each row's slot, in one pass over the row.
  *
  * The angle pos * inv_freq[i] is computed in f32 like transformers, and
  * sincosf (not the fast __sinf) keeps it accurate at 32k positions, where
@@ -24,7 +25,7 @@
 #define ROPE_ILP 4
 
 template <typename T>
-__global__ void rope_kv_store_kernel(float *qkv, int64_t ld, T *k_pool, T *v_pool,
+__global__ void rope_kv_store_kernel(T *qkv, int64_t ld, T *k_pool, T *v_pool,
                                      const int32_t *pos, const int32_t *slot,
                                      const float *inv_freq, int neox, int H, int Hkv, int Dh,
                                      int BS, int head_blocks) {
@@ -37,7 +38,7 @@ __global__ void rope_kv_store_kernel(float *qkv, int64_t ld, T *k_pool, T *v_poo
     const int hb = (int)(blockIdx.x % head_blocks);
     float s, c;
     sincosf((float)pos[r] * inv_freq[i], &s, &c);
-    float *row = qkv + r * ld;
+    T *row = qkv + r * ld;
     const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
     const int64_t sl = slot[r];
     const int64_t page0 = (sl / BS * Hkv) * BS + sl % BS; /* (block, kv head 0, offset) */
@@ -52,12 +53,12 @@ __global__ void rope_kv_store_kernel(float *qkv, int64_t ld, T *k_pool, T *v_poo
             const int h = h0 + u * stride;
             x0[u] = x1[u] = v0[u] = v1[u] = 0.0f;
             if (h < H + Hkv) {
-                const float *x = row + h * Dh;
-                x0[u] = x[a];
-                x1[u] = x[b];
+                const T *x = row + h * Dh;
+                x0[u] = ck_to_f32(x[a]);
+                x1[u] = ck_to_f32(x[b]);
                 if (h >= H) { /* a k head: its v goes to the pool with it */
-                    v0[u] = x[Hkv * Dh + a];
-                    v1[u] = x[Hkv * Dh + b];
+                    v0[u] = ck_to_f32(x[Hkv * Dh + a]);
+                    v1[u] = ck_to_f32(x[Hkv * Dh + b]);
                 }
             }
         }
@@ -66,10 +67,10 @@ __global__ void rope_kv_store_kernel(float *qkv, int64_t ld, T *k_pool, T *v_poo
             const int h = h0 + u * stride;
             if (h >= H + Hkv)
                 break;
-            float *x = row + h * Dh;
+            T *x = row + h * Dh;
             const float y0 = x0[u] * c - x1[u] * s, y1 = x1[u] * c + x0[u] * s;
-            x[a] = y0;
-            x[b] = y1;
+            ck_from_f32(&x[a], y0);
+            ck_from_f32(&x[b], y1);
             if (h >= H) {
                 const int64_t at = (page0 + (int64_t)(h - H) * BS) * Dh;
                 ck_from_f32(&k_pool[at + a], y0);
@@ -81,7 +82,7 @@ __global__ void rope_kv_store_kernel(float *qkv, int64_t ld, T *k_pool, T *v_poo
     }
 }
 
-extern "C" void ck_rope_kv_store(cudaStream_t s, float *qkv, int64_t ld, void *k_pool,
+extern "C" void ck_rope_kv_store(cudaStream_t s, void *qkv, int64_t ld, void *k_pool,
                                  void *v_pool, ck_dtype dt, const int32_t *pos,
                                  const int32_t *slot, const float *inv_freq, int neox, int n,
                                  int H, int Hkv, int Dh, int BS) {
@@ -93,7 +94,7 @@ extern "C" void ck_rope_kv_store(cudaStream_t s, float *qkv, int64_t ld, void *k
     int head_blocks = (264 + n - 1) / n; /* about two blocks per SM of an H100/H200 */
     head_blocks = head_blocks > max_hb ? max_hb : head_blocks;
     const unsigned grid = (unsigned)((int64_t)n * head_blocks);
-    CK_DISPATCH(dt, ck_launch(s, grid, (unsigned)(half * groups), 0, rope_kv_store_kernel<T>, qkv,
-                              ld, (T *)k_pool, (T *)v_pool, pos, slot, inv_freq, neox, H, Hkv,
+    CK_DISPATCH(dt, ck_launch(s, grid, (unsigned)(half * groups), 0, rope_kv_store_kernel<T>,
+                              (T *)qkv,                              ld, (T *)k_pool, (T *)v_pool, pos, slot, inv_freq, neox, H, Hkv,
                               Dh, BS, head_blocks));
 }
