@@ -83,7 +83,13 @@
  * Q in registers, K by ldmatrix, exp2 on the MUFU alone): H200, one layer
  * of Llama-2-7B (tests/cuda/attention_check.cu), 2048 rows 265.5 -> 235.5 us
  * (129.5 -> 146.0 causal TFLOP/s), 512 rows 66.0 -> 34.9 us; prefill v3
- * (wide tiles for long segments, the narrow kernel unchanged).
+ * (wide tiles for long segments, the narrow kernel unchanged; H200,
+ * 2026-11-30, narrow -> wide tiles): 2048 rows 232.9 -> 192.2 us (147.6 ->
+ * 178.9 TFLOP/s), 4096 rows 817.8 -> 649.6 us, 2048 rows after 6144 1364.7
+ * -> 1051.8 us, Llama-3-8B 4096 rows 818.6 -> 649.3 us, Qwen2 (Dh 64) 4096
+ * rows 211.8 -> 166.0 us; at 1024 rows wide tiles lose (74.7 -> 82.9 us),
+ * as the switch rule predicts. In the engine, Llama-2-7B at 2048 rows:
+ * 257 -> 205 us a layer.
  */
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
