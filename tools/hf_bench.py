@@ -46,8 +46,10 @@ def run(shape, attn, prompt, gen, compile_):
     ids = torch.randint(0, cfg.vocab_size, (1, prompt), device="cuda")
     kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0)
     if compile_:
+        # generate compiles the forward itself for a static cache (CUDA
+        # graphs); wrapping model.forward in torch.compile by hand fails in
+        # transformers 5 (graph outputs overwritten by the next replay)
         model.generation_config.cache_implementation = "static"
-        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
     with torch.no_grad():
         for _ in range(2 if compile_ else 1):  # warm-up (and compilation)
             model.generate(ids[:, :16], max_new_tokens=8, min_new_tokens=8, **kw)
