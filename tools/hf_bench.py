@@ -51,7 +51,13 @@ def run(shape, attn, prompt, gen, compile_):
         # transformers 5 (graph outputs overwritten by the next replay)
         model.generation_config.cache_implementation = "static"
     with torch.no_grad():
-        for _ in range(2 if compile_ else 1):  # warm-up (and compilation)
+        if compile_:
+            # compilation is per shape: warm up with exactly the timed calls
+            # (on 2026-11-30 a 16-token warm-up left the recompilation inside
+            # the timing: 7 tok/s, 653 ms to the first token)
+            for n_new in (1, gen, 1, gen):
+                model.generate(ids, max_new_tokens=n_new, min_new_tokens=n_new, **kw)
+        else:  # warm-up
             model.generate(ids[:, :16], max_new_tokens=8, min_new_tokens=8, **kw)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
