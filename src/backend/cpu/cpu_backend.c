@@ -246,8 +246,9 @@ static hr_status cpu_end_step(hr_backend *b, const be_tensor *logits, float *hos
     return HR_OK;
 }
 
-/* Weights stay in the model's mapping (counted by the model, not here);
- * what the backend holds is norms, biases, activations, KV and workspaces. */
+/* What the backend holds: the weight copy (none with --mmap or a synthetic
+ * model: then the matrices stay where the model keeps them and the plan
+ * counts them as mapped), norms, biases, activations, KV and workspaces. */
 static void cpu_memory(const hr_backend *b, be_memory *out) {
     const cpu_backend *c = (const cpu_backend *)b;
     *out = (be_memory){.weights = c->vector_bytes + c->weight_copy_used, .kv = c->kv_bytes,
