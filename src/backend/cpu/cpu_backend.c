@@ -311,15 +311,16 @@ hr_status backend_cpu_create(const hr_model_info *info, const be_params *p, hr_b
         n = cores > 0 ? (int)cores : 1;
     }
     if (p->weight_copy_bytes > 0) {
-        c->weight_copy_cap = (size_t)p->weight_copy_bytes;
-        c->weight_copy = hr_alloc_pages(c->weight_copy_cap);
+        const size_t cap = (size_t)p->weight_copy_bytes;
+        c->weight_copy = hr_alloc_pages(cap);
         if (!c->weight_copy) {
             hr_free(c);
             return hr_err_set(err, HR_ERR_NOMEM,
                               "cpu backend: cannot allocate %zu bytes for the weights (--mmap "
                               "reads them from the file instead)",
-                              c->weight_copy_cap);
+                              cap);
         }
+        c->weight_copy_cap = cap;
     }
     hr_status s = cpu_pool_create(n, &c->pool, err);
     if (s != HR_OK) {
