@@ -130,13 +130,13 @@ static bool setup_side(side *s, hr_backend *b, model_tensor *const *qkv_parts,
 
 /* Compares tensor t (rows) of both sides; prints a line. */
 static void compare(const char *op, const shape *sh, side *cpu, side *gpu, be_tensor *tc,
-                    be_tensor *tg, bool mm, int64_t rows, double rtol, double atol_scale,
+                    be_tensor *tg, int64_t rows, double rtol, double atol_scale,
                     double max_nmse) {
     hr_error err;
     int64_t n = rows * tc->cols;
     float *a = malloc((size_t)n * sizeof *a), *g = malloc((size_t)n * sizeof *g);
-    bool ok = cpu->b->ops->read_tensor(cpu->b, tc, mm, rows, a, &err) == HR_OK &&
-              gpu->b->ops->read_tensor(gpu->b, tg, mm, rows, g, &err) == HR_OK;
+    bool ok = cpu->b->ops->read_tensor(cpu->b, tc, rows, a, &err) == HR_OK &&
+              gpu->b->ops->read_tensor(gpu->b, tg, rows, g, &err) == HR_OK;
     CHECK_MSG(ok, "%s: read: %s", op, err.msg);
     double scale = 0, se = 0, sr = 0, worst = 0;
     for (int64_t i = 0; i < n; i++)
@@ -160,11 +160,11 @@ static void compare(const char *op, const shape *sh, side *cpu, side *gpu, be_te
     free(g);
 }
 
-static void write_both(side *c, side *g, be_tensor *tc, be_tensor *tg, bool mm, int64_t rows,
+static void write_both(side *c, side *g, be_tensor *tc, be_tensor *tg, int64_t rows,
                        const float *v) {
     hr_error err;
-    CHECK_OK(c->b->ops->write_tensor(c->b, tc, mm, rows, v, &err), &err);
-    CHECK_OK(g->b->ops->write_tensor(g->b, tg, mm, rows, v, &err), &err);
+    CHECK_OK(c->b->ops->write_tensor(c->b, tc, rows, v, &err), &err);
+    CHECK_OK(g->b->ops->write_tensor(g->b, tg, rows, v, &err), &err);
 }
 
 /* Positions [p0, p0 + n) of sequence seq as one segment at row row0. */
@@ -252,7 +252,7 @@ static void run_shape(const shape *sh, bool naive) {
     float *hq = rand_vec(hist.step.n_rows * qkv_cols, 1.0f, ck);
     CHECK_OK(co->begin_step(cb, &hist.step, &err), &err);
     CHECK_OK(go->begin_step(gb, &hist.step, &err), &err);
-    write_both(&C, &G, &C.qkv, &G.qkv, true, hist.step.n_rows, hq);
+    write_both(&C, &G, &C.qkv, &G.qkv, hist.step.n_rows, hq);
     co->rope_kv_store(cb, 0, &C.qkv, inv_freq, ROPE_STYLE_NEOX, sh->H, sh->Hkv, sh->Dh);
     go->rope_kv_store(gb, 0, &G.qkv, inv_freq, ROPE_STYLE_NEOX, sh->H, sh->Hkv, sh->Dh);
     CHECK_OK(co->end_step(cb, &C.logits, NULL, NULL, NULL, &err), &err);
@@ -274,25 +274,25 @@ static void run_shape(const shape *sh, bool naive) {
     if (!naive) { /* these do not depend on the attention kernel: test them once */
         co->embed(cb, &C.x, C.emb);
         go->embed(gb, &G.x, G.emb);
-        compare("embed", sh, &C, &G, &C.x, &G.x, false, R, 0, 0, 0);
+        compare("embed", sh, &C, &G, &C.x, &G.x, R, 0, 0, 0);
 
         float *x = rand_vec(R * sh->D, 2.0f, HR_DTYPE_F32);
-        write_both(&C, &G, &C.x, &G.x, false, R, x);
+        write_both(&C, &G, &C.x, &G.x, R, x);
         co->rmsnorm(cb, &C.xb, &C.x, C.norm, 1e-5f, R);
         go->rmsnorm(gb, &G.xb, &G.x, G.norm, 1e-5f, R);
-        compare("rmsnorm", sh, &C, &G, &C.xb, &G.xb, true, R, r16, 1e-5, 1e-4);
+        compare("rmsnorm", sh, &C, &G, &C.xb, &G.xb, R, r16, 1e-5, 1e-4);
         float *dx = rand_vec(R * sh->D, 1.0f, ck); /* exact in the narrow xp */
-        write_both(&C, &G, &C.xp, &G.xp, true, R, dx);
+        write_both(&C, &G, &C.xp, &G.xp, R, dx);
         co->add_rmsnorm(cb, &C.x, &C.xp, &C.xb, C.norm, 1e-5f);
         go->add_rmsnorm(gb, &G.x, &G.xp, &G.xb, G.norm, 1e-5f);
-        compare("add_resid", sh, &C, &G, &C.x, &G.x, false, R, 1e-6, 1e-7, 1e-10);
-        compare("add_rmsnorm", sh, &C, &G, &C.xb, &G.xb, true, R, r16, 1e-5, 1e-4);
+        compare("add_resid", sh, &C, &G, &C.x, &G.x, R, 1e-6, 1e-7, 1e-10);
+        compare("add_rmsnorm", sh, &C, &G, &C.xb, &G.xb, R, r16, 1e-5, 1e-4);
         free(x);
         free(dx);
 
         /* matmul: the GEMV path (few rows) and the GEMM path (many) */
         float *xin = rand_vec(R * sh->D, 1.0f, ck);
-        write_both(&C, &G, &C.xb, &G.xb, true, R, xin);
+        write_both(&C, &G, &C.xb, &G.xb, R, xin);
         co->matmul(cb, &C.qkv, &C.xb, C.wqkv, 3);
         go->matmul(gb, &G.qkv, &G.xb, G.wqkv, 3);
         /* qkv is narrow on the GPU: the f32 sum (plus bias) rounded once by
@@ -300,23 +300,23 @@ static void run_shape(const shape *sh, bool naive) {
          * |error| <= u |y| + u |y + b| <= u (2 |y + b| + |b|), u = r16 / 2,
          * so with a bias the bound is 2 r16 relative plus r16 max |b| / 2
          * absolute (the biases here are at most about max |y + b|) */
-        compare("matmul gemv", sh, &C, &G, &C.qkv, &G.qkv, true, 3, r16, 1e-4, 1e-4);
+        compare("matmul gemv", sh, &C, &G, &C.qkv, &G.qkv, 3, r16, 1e-4, 1e-4);
         co->matmul(cb, &C.qkv, &C.xb, C.wqkv, R);
         go->matmul(gb, &G.qkv, &G.xb, G.wqkv, R);
-        compare("matmul gemm", sh, &C, &G, &C.qkv, &G.qkv, true, R, sh->bias ? 2 * r16 : r16,
+        compare("matmul gemm", sh, &C, &G, &C.qkv, &G.qkv, R, sh->bias ? 2 * r16 : r16,
                 sh->bias ? r16 / 2 : 1e-4, 1e-4);
         co->matmul(cb, &C.gu, &C.xb, C.wgu, 8);
         go->matmul(gb, &G.gu, &G.xb, G.wgu, 8);
         /* gate/up is kept narrow on the GPU: one rounding of the f32 sum */
-        compare("matmul gu", sh, &C, &G, &C.gu, &G.gu, true, 8, r16, 1e-4, 1e-4);
+        compare("matmul gu", sh, &C, &G, &C.gu, &G.gu, 8, r16, 1e-4, 1e-4);
         free(xin);
         /* a step of max_rows */
         const int64_t T = cfg.max_rows;
         xin = rand_vec(T * sh->D, 1.0f, ck);
-        write_both(&C, &G, &C.xb, &G.xb, true, T, xin);
+        write_both(&C, &G, &C.xb, &G.xb, T, xin);
         co->matmul(cb, &C.gu, &C.xb, C.wgu, T);
         go->matmul(gb, &G.gu, &G.xb, G.wgu, T);
-        compare("matmul tall", sh, &C, &G, &C.gu, &G.gu, true, T, r16, 1e-4, 1e-4);
+        compare("matmul tall", sh, &C, &G, &C.gu, &G.gu, T, r16, 1e-4, 1e-4);
         free(xin);
 
         /* both pair layouts (the pools they also fill are checked through
@@ -324,44 +324,44 @@ static void run_shape(const shape *sh, bool naive) {
         float *qkv = rand_vec(R * qkv_cols, 1.0f, ck);
         for (int style = 0; style < 2; style++) {
             rope_style rs = style ? ROPE_STYLE_NORM : ROPE_STYLE_NEOX;
-            write_both(&C, &G, &C.qkv, &G.qkv, true, R, qkv);
+            write_both(&C, &G, &C.qkv, &G.qkv, R, qkv);
             co->rope_kv_store(cb, 0, &C.qkv, inv_freq, rs, sh->H, sh->Hkv, sh->Dh);
             go->rope_kv_store(gb, 0, &G.qkv, inv_freq, rs, sh->H, sh->Hkv, sh->Dh);
             /* the GPU rounds the rotated q and k back into the narrow qkv */
-            compare(style ? "rope norm" : "rope neox", sh, &C, &G, &C.qkv, &G.qkv, true, R,
+            compare(style ? "rope norm" : "rope neox", sh, &C, &G, &C.qkv, &G.qkv, R,
                     r16, 1e-6, 1e-4);
         }
         free(qkv);
 
         float *gu = rand_vec(R * 2 * sh->F, 3.0f, ck); /* exact in the narrow gu */
-        write_both(&C, &G, &C.gu, &G.gu, true, R, gu);
+        write_both(&C, &G, &C.gu, &G.gu, R, gu);
         co->swiglu(cb, &C.h, &C.gu);
         go->swiglu(gb, &G.h, &G.gu);
-        compare("swiglu", sh, &C, &G, &C.h, &G.h, true, R, r16, 1e-5, 1e-4);
+        compare("swiglu", sh, &C, &G, &C.h, &G.h, R, r16, 1e-5, 1e-4);
         free(gu);
 
         float *xb = rand_vec(R * sh->D, 1.0f, ck);
-        write_both(&C, &G, &C.xb, &G.xb, true, R, xb);
+        write_both(&C, &G, &C.xb, &G.xb, R, xb);
         co->gather_rows(cb, &C.xo, &C.xb);
         go->gather_rows(gb, &G.xo, &G.xb);
-        compare("gather_rows", sh, &C, &G, &C.xo, &G.xo, true, st.step.n_out, 0, 0, 0);
+        compare("gather_rows", sh, &C, &G, &C.xo, &G.xo, st.step.n_out, 0, 0, 0);
         free(xb);
     }
 
     /* rope + kv store, then attention over the mixed step (history pages
      * included) */
     float *qkv = rand_vec(R * qkv_cols, 1.0f, ck);
-    write_both(&C, &G, &C.qkv, &G.qkv, true, R, qkv);
+    write_both(&C, &G, &C.qkv, &G.qkv, R, qkv);
     co->rope_kv_store(cb, 0, &C.qkv, inv_freq, ROPE_STYLE_NEOX, sh->H, sh->Hkv, sh->Dh);
     go->rope_kv_store(gb, 0, &G.qkv, inv_freq, ROPE_STYLE_NEOX, sh->H, sh->Hkv, sh->Dh);
     co->attention(cb, 0, &C.att, &C.qkv);
     go->attention(gb, 0, &G.att, &G.qkv);
-    compare(label, sh, &C, &G, &C.att, &G.att, true, R, 3e-2, 1e-2, 1e-4);
+    compare(label, sh, &C, &G, &C.att, &G.att, R, 3e-2, 1e-2, 1e-4);
     free(qkv);
 
     /* the logits of the outputs, then device sampling (greedy) */
     float *lg = rand_vec(st.step.n_out * sh->V, 5.0f, HR_DTYPE_F32);
-    write_both(&C, &G, &C.logits, &G.logits, false, st.step.n_out, lg);
+    write_both(&C, &G, &C.logits, &G.logits, st.step.n_out, lg);
     float host[16 * 2048];
     int32_t tok[16];
     be_sample samples[16] = {{0}};

@@ -140,12 +140,12 @@ typedef struct {
     /* What the backend holds, by part (bytes). */
     void (*memory)(const hr_backend *b, struct be_memory *out);
 
-    /* Tests and tools: copy rows of a tensor from / to f32 host memory
-     * (narrow as given to tensor_alloc: on the GPU those are 16-bit, so
-     * a write rounds and a read widens). */
-    hr_status (*write_tensor)(hr_backend *b, be_tensor *t, bool narrow, int64_t rows,
-                              const float *host, hr_error *err);
-    hr_status (*read_tensor)(hr_backend *b, const be_tensor *t, bool narrow, int64_t rows,
+    /* Tests and tools: copy rows of a tensor from / to f32 host memory (a
+     * narrow tensor is 16-bit on the GPU, so a write rounds and a read
+     * widens). */
+    hr_status (*write_tensor)(hr_backend *b, be_tensor *t, int64_t rows, const float *host,
+                              hr_error *err);
+    hr_status (*read_tensor)(hr_backend *b, const be_tensor *t, int64_t rows,
                              float *host, hr_error *err);
 } hr_backend_ops;
 

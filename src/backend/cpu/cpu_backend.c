@@ -101,7 +101,7 @@ static hr_status cpu_weight_create(hr_backend *b, const model_tensor *const *par
             HR_TRY(copy_part(c, parts[i], &data, err));
         w->parts[i] = (cpu_mat){.dtype = parts[i]->dtype, .data = data,
                                 .n_rows = parts[i]->ne[1],
-                                .huge_pages = c->weight_copy != NULL || c->weights_huge};
+                                .huge_pages = c->weights_huge};
         w->n_rows += parts[i]->ne[1];
         any_bias |= biases && biases[i];
     }
@@ -255,17 +255,17 @@ static void cpu_memory(const hr_backend *b, be_memory *out) {
                        .activations = c->activation_bytes, .workspace = c->workspace_bytes};
 }
 
-static hr_status cpu_write_tensor(hr_backend *b, be_tensor *t, bool narrow, int64_t rows,
-                                  const float *host, hr_error *err) {
-    (void)b, (void)narrow, (void)err;
+static hr_status cpu_write_tensor(hr_backend *b, be_tensor *t, int64_t rows, const float *host,
+                                  hr_error *err) {
+    (void)b, (void)err;
     for (int64_t r = 0; r < rows; r++)
         memcpy((float *)t->data + r * t->ld, host + r * t->cols, (size_t)t->cols * sizeof(float));
     return HR_OK;
 }
 
-static hr_status cpu_read_tensor(hr_backend *b, const be_tensor *t, bool narrow,
-                                 int64_t rows, float *host, hr_error *err) {
-    (void)b, (void)narrow, (void)err;
+static hr_status cpu_read_tensor(hr_backend *b, const be_tensor *t, int64_t rows, float *host,
+                                 hr_error *err) {
+    (void)b, (void)err;
     for (int64_t r = 0; r < rows; r++)
         memcpy(host + r * t->cols, (const float *)t->data + r * t->ld,
                (size_t)t->cols * sizeof(float));
@@ -304,7 +304,7 @@ hr_status backend_cpu_create(const hr_model_info *info, const be_params *p, hr_b
     c->base.info = info;
     c->mode = p->exact_matmul ? CPU_MATMUL_EXACT : CPU_MATMUL_FAST;
     c->host_cap = p->host_cap;
-    c->weights_huge = p->weights_in_huge_pages;
+    c->weights_huge = p->weights_in_huge_pages || p->weight_copy_bytes > 0;
     int n = p->n_threads;
     if (n <= 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);

@@ -50,7 +50,7 @@ typedef struct {
     uint64_t host_cap, owned_bytes; /* the planned cap, and what own() has taken */
     uint8_t *weight_copy;             /* the matrices, copied (be_params.weight_copy_bytes) */
     size_t weight_copy_cap, weight_copy_used;
-    bool weights_huge; /* the model's own weights lie in huge pages (synthetic) */
+    bool weights_huge; /* the matrices lie in huge pages: the copy, or a synthetic model's */
     void **owned;          /* every other allocation of this backend */
     int32_t n_owned, cap_owned;
 } cpu_backend;

@@ -821,9 +821,10 @@ static void cuda_held(const hr_backend *b, be_memory *out) {
 
 /* Tests: rows of a tensor to / from f32 host memory, converting the 16-bit
  * matmul inputs on the host. */
-static hr_status cuda_write_tensor(hr_backend *b, be_tensor *t, bool narrow, int64_t rows,
-                                   const float *host, hr_error *err) {
+static hr_status cuda_write_tensor(hr_backend *b, be_tensor *t, int64_t rows, const float *host,
+                                   hr_error *err) {
     cuda_backend *c = (cuda_backend *)b;
+    const bool narrow = t->narrow;
     size_t elem = narrow ? 2 : 4, n = (size_t)rows * (size_t)t->cols;
     void *tmp = hr_malloc(n * elem);
     if (!tmp)
@@ -847,9 +848,10 @@ static hr_status cuda_write_tensor(hr_backend *b, be_tensor *t, bool narrow, int
     return HR_OK;
 }
 
-static hr_status cuda_read_tensor(hr_backend *b, const be_tensor *t, bool narrow,
-                                  int64_t rows, float *host, hr_error *err) {
+static hr_status cuda_read_tensor(hr_backend *b, const be_tensor *t, int64_t rows,
+                                  float *host, hr_error *err) {
     cuda_backend *c = (cuda_backend *)b;
+    const bool narrow = t->narrow;
     size_t elem = narrow ? 2 : 4, n = (size_t)rows * (size_t)t->cols;
     void *tmp = hr_malloc(n * elem);
     if (!tmp)

@@ -62,17 +62,12 @@ constexpr int kGemvWarps = kGemvThreads / 32;
  * HBM delivers during the previous kernel's tail */
 constexpr int kPrefetchRounds = 2;
 
-struct Bf16Tag {};
-struct F16Tag {};
-
-/* y[i] = v in the tag's type (a narrow output), rounded to nearest even */
-__device__ __forceinline__ void store_ck(Bf16Tag, void *y, int64_t i, float v) {
-    static_cast<__nv_bfloat16 *>(y)[i] = __float2bfloat16_rn(v);
-}
-
-__device__ __forceinline__ void store_ck(F16Tag, void *y, int64_t i, float v) {
-    static_cast<__half *>(y)[i] = __float2half_rn(v);
-}
+struct Bf16Tag {
+    using type = __nv_bfloat16; /* a narrow output's element */
+};
+struct F16Tag {
+    using type = __half;
+};
 
 /* Two 16-bit floats packed in a 32-bit word (element 0 in the low half) to f32. */
 __device__ __forceinline__ void unpack2(Bf16Tag, uint32_t w, float &lo, float &hi) {
@@ -229,7 +224,7 @@ __global__ void __launch_bounds__(kGemvThreads)
             if (lane == r * NX + q && row < N) {
                 const float v = bias ? acc[r][q] + bias[row] : acc[r][q];
                 if (y_ck)
-                    store_ck(T(), y, q * ldy + row, v);
+                    ck_from_f32(static_cast<typename T::type *>(y) + q * ldy + row, v);
                 else
                     static_cast<float *>(y)[q * ldy + row] = v;
             }
