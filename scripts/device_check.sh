@@ -9,7 +9,7 @@
 #   (default: checks bench hf sweep; profile: GPU time per op and rows of the step
 #   for prefills of 512 and 2048 and a batch of 64, eager steps, from
 #   HEADROOM_CUDA_PROFILE; ablate: batch-1 decode again without programmatic
-#   dependent launch; compiled: transformers with static cache + torch.compile)
+#   dependent launch, then without the GEMV's bulk copies; compiled: transformers with static cache + torch.compile)
 set -u
 cd "$(dirname "$0")/.."
 D=$PWD/.dev/device
@@ -48,6 +48,9 @@ if [[ $what == *ablate* ]]; then
   echo "== without programmatic dependent launch"
   HEADROOM_CUDA_PDL=0 $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 \
     --graphs on,off 2>&1 | tee $OUT/ablate.jsonl
+  echo "== without the GEMV's bulk copies (row-per-warp kernel)"
+  HEADROOM_CUDA_GEMV_TMA=0 $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 \
+    --graphs on,off 2>&1 | tee -a $OUT/ablate.jsonl
 fi
 if [[ $what == *profile* ]]; then
   echo "== GPU time per op (graphs off)"

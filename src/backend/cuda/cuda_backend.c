@@ -936,6 +936,8 @@ hr_status backend_cuda_create(const hr_model_info *info, const be_params *p, hr_
      * measure what it gains (a process-wide switch: kernels read it at launch) */
     const char *pdl = getenv("HEADROOM_CUDA_PDL");
     ck_set_pdl(!(pdl && strcmp(pdl, "0") == 0));
+    const char *tma = getenv("HEADROOM_CUDA_GEMV_TMA"); /* the same, for the GEMV's bulk copies */
+    ck_set_gemv_tma(!(tma && strcmp(tma, "0") == 0));
     if (p->arena_bytes > 0) {
         e = cudaMalloc((void **)&c->arena, p->arena_bytes);
         if (e != cudaSuccess) {
