@@ -48,9 +48,11 @@ if [[ $what == *ablate* ]]; then
   echo "== without programmatic dependent launch"
   HEADROOM_CUDA_PDL=0 $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 \
     --graphs on,off 2>&1 | tee $OUT/ablate.jsonl
-  echo "== without the GEMV's bulk copies (row-per-warp kernel)"
-  HEADROOM_CUDA_GEMV_TMA=0 $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 \
-    --graphs on,off 2>&1 | tee -a $OUT/ablate.jsonl
+  for m in 0 2 3 4; do
+  echo "== GEMV mode $m"
+  HEADROOM_CUDA_GEMV_TMA=$m $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 \
+    --graphs on 2>&1 | tee -a $OUT/ablate.jsonl
+  done
 fi
 if [[ $what == *profile* ]]; then
   echo "== GPU time per op (graphs off)"

@@ -416,24 +416,24 @@ static void gemv_timing(void) {
         CK(cudaFree(b));
         CK(cudaFree(sink));
     }
-    const int shapes[][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};
+    const int shapes[][2] = {{4096, 4096}, {12288, 4096}, {22016, 4096}, {4096, 11008},
+                             {32000, 4096}};
     struct Variant {
         const char *name;
         gemv_fn fn;
     } variants[] = {
         {"rpw=1 u=4", gemv_launch_cfg<Bf16Tag, 1, 1, 4, true>},
-        {"rpw=1 u=8", gemv_launch_cfg<Bf16Tag, 1, 1, 8, true>},
         {"rpw=2 u=2 (rows)", gemv_launch_cfg<Bf16Tag, 1, 2, 2, true>},
         {"rpw=2 u=4", gemv_launch_cfg<Bf16Tag, 1, 2, 4, true>},
-        {"rpw=2 u=8", gemv_launch_cfg<Bf16Tag, 1, 2, 8, true>},
         {"rpw=4 u=2", gemv_launch_cfg<Bf16Tag, 1, 4, 2, true>},
-        {"rpw=4 u=4", gemv_launch_cfg<Bf16Tag, 1, 4, 4, true>},
-        {"tma 2x2048", gemv_tma_launch_cfg<Bf16Tag, 1, 2, 2048>},
-        {"tma 3x2048", gemv_tma_launch_cfg<Bf16Tag, 1, 3, 2048>},
-        {"tma 4x2048 (prod)", gemv_tma_launch_cfg<Bf16Tag, 1, 4, 2048>},
-        {"tma 6x2048", gemv_tma_launch_cfg<Bf16Tag, 1, 6, 2048>},
-        {"tma 4x1024", gemv_tma_launch_cfg<Bf16Tag, 1, 4, 1024>},
-        {"tma 8x1024", gemv_tma_launch_cfg<Bf16Tag, 1, 8, 1024>},
+        {"tma 4x2048 (prod)", gemv_tma_launch_cfg<Bf16Tag, 1, 4, 2048, 1>},
+        {"tma 3x2048 2/sm", gemv_tma_launch_cfg<Bf16Tag, 1, 3, 2048, 2>},
+        {"tma 2x2048 2/sm", gemv_tma_launch_cfg<Bf16Tag, 1, 2, 2048, 2>},
+        {"tma 6x1024 2/sm", gemv_tma_launch_cfg<Bf16Tag, 1, 6, 1024, 2>},
+        {"tma 3x4096", gemv_tma_launch_cfg<Bf16Tag, 1, 3, 4096, 1>},
+        {"tma 2x4096", gemv_tma_launch_cfg<Bf16Tag, 1, 2, 4096, 1>},
+        {"tma 4x3072", gemv_tma_launch_cfg<Bf16Tag, 1, 4, 3072, 1>},
+        {"tma 2x3072 2/sm", gemv_tma_launch_cfg<Bf16Tag, 1, 2, 3072, 2>},
     };
     for (const auto &sh : shapes) {
         const int N = sh[0], K = sh[1];

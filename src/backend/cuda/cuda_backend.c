@@ -937,7 +937,7 @@ hr_status backend_cuda_create(const hr_model_info *info, const be_params *p, hr_
     const char *pdl = getenv("HEADROOM_CUDA_PDL");
     ck_set_pdl(!(pdl && strcmp(pdl, "0") == 0));
     const char *tma = getenv("HEADROOM_CUDA_GEMV_TMA"); /* the same, for the GEMV's bulk copies */
-    ck_set_gemv_tma(!(tma && strcmp(tma, "0") == 0));
+    ck_set_gemv_tma(tma ? atoi(tma) : 1);
     if (p->arena_bytes > 0) {
         e = cudaMalloc((void **)&c->arena, p->arena_bytes);
         if (e != cudaSuccess) {

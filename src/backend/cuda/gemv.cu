@@ -295,8 +295,8 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned b
 /* Rows of W are cut into n_seg segments of seg_len columns (the last one
  * shorter; seg_len <= SEG, a multiple of 8). Unit i of a block = (group
  * g0 + i / n_seg, segment i % n_seg) lands in stage i % STAGES. */
-template <class T, int NX, int STAGES, int SEG>
-__global__ void __launch_bounds__(kTmaThreads, 1)
+template <class T, int NX, int STAGES, int SEG, int BPS>
+__global__ void __launch_bounds__(kTmaThreads, BPS)
     gemv_tma_kernel(void *__restrict__ y, bool y_ck, int64_t ldy, const uint16_t *__restrict__ x,
                     int64_t ldx, const uint16_t *__restrict__ W, const float *__restrict__ bias,
                     int N, int K, int seg_len, int n_seg) {
@@ -330,11 +330,15 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
                 const int g = g0 + i / n_seg, c0 = (i % n_seg) * seg_len;
                 const int len = min(seg_len, K - c0);
                 const int rows = min(kTmaRows, N - g * kTmaRows);
+                const uint16_t *src = W + (int64_t)g * kTmaRows * K + c0;
+                uint16_t *dst = stage_buf + (size_t)st * kTmaRows * SEG;
                 mbar_arrive_expect(&full[st], (unsigned)(rows * len * 2));
-                for (int r = 0; r < rows; r++)
-                    bulk_copy(stage_buf + ((size_t)st * kTmaRows + r) * SEG,
-                              W + ((int64_t)g * kTmaRows + r) * K + c0, (unsigned)len * 2u,
-                              &full[st], policy);
+                if (n_seg == 1) /* whole rows: one contiguous stretch of W */
+                    bulk_copy(dst, src, (unsigned)(rows * K) * 2u, &full[st], policy);
+                else
+                    for (int r = 0; r < rows; r++)
+                        bulk_copy(dst + (size_t)r * SEG, src + (int64_t)r * K,
+                                  (unsigned)len * 2u, &full[st], policy);
             }
         }
         return;
@@ -353,8 +357,9 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
         const int64_t row = (int64_t)g * kTmaRows + warp;
         mbar_wait(&full[st], (unsigned)(i / STAGES) & 1u);
         if (row < N) {
-            const uint4 *w4 =
-                reinterpret_cast<const uint4 *>(stage_buf + ((size_t)st * kTmaRows + warp) * SEG);
+            const int ld_stage = n_seg == 1 ? K : SEG; /* as the producer laid it out */
+            const uint4 *w4 = reinterpret_cast<const uint4 *>(
+                stage_buf + (size_t)st * kTmaRows * SEG + (size_t)warp * ld_stage);
 #pragma unroll
             for (int j = 0; j < SEG / 256; j++) {
                 const int c = j * 32 + lane;
@@ -413,9 +418,9 @@ void gemv_launch_cfg(cudaStream_t s, const GemvArgs &a) {
 
 /* One block per SM (fewer when N has fewer groups); segments as long as SEG
  * allows, of equal length but the last. */
-template <class T, int NX, int STAGES, int SEG>
+template <class T, int NX, int STAGES, int SEG, int BPS>
 void gemv_tma_launch_cfg(cudaStream_t s, const GemvArgs &a) {
-    auto kernel = gemv_tma_kernel<T, NX, STAGES, SEG>;
+    auto kernel = gemv_tma_kernel<T, NX, STAGES, SEG, BPS>;
     const int smem = STAGES * kTmaRows * SEG * 2;
     /* above 48 KB a kernel must ask; set before every launch: it is per
      * device, and allowed during graph capture */
@@ -424,9 +429,10 @@ void gemv_tma_launch_cfg(cudaStream_t s, const GemvArgs &a) {
     (void)cudaGetDevice(&dev);
     (void)cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
     const int n_group = (a.N + kTmaRows - 1) / kTmaRows;
+    /* segments start at multiples of 128 bytes from the row's start */
     const int n_seg = (a.K + SEG - 1) / SEG;
-    const int seg_len = ((a.K + n_seg - 1) / n_seg + 7) / 8 * 8;
-    const int grid = n_group < n_sm ? n_group : n_sm;
+    const int seg_len = ((a.K + n_seg - 1) / n_seg + 63) / 64 * 64;
+    const int grid = n_group < n_sm * BPS ? n_group : n_sm * BPS;
     ck_launch(s, (unsigned)grid, kTmaThreads, (size_t)smem, kernel, a.y, a.y_ck, a.ldy, a.x, a.ldx,
               a.W, a.bias, a.N, a.K, seg_len, n_seg);
 }
@@ -439,8 +445,14 @@ void gemv_tma_launch_cfg(cudaStream_t s, const GemvArgs &a) {
 template <class T, int NX, bool VEC>
 void gemv_launch_n(cudaStream_t s, const GemvArgs &a) {
     if constexpr (VEC) {
-        if (a.K > 0 && gemv_tma_enabled)
-            return gemv_tma_launch_cfg<T, NX, 4, 2048>(s, a);
+        if (a.K > 0 && gemv_tma_enabled == 1)
+            return gemv_tma_launch_cfg<T, NX, 4, 2048, 1>(s, a);
+        if (a.K > 0 && gemv_tma_enabled == 2)
+            return gemv_tma_launch_cfg<T, NX, 3, 2048, 2>(s, a);
+        if (a.K > 0 && gemv_tma_enabled == 3)
+            return gemv_tma_launch_cfg<T, NX, 2, 4096, 1>(s, a);
+        if (a.K > 0 && gemv_tma_enabled == 4)
+            return gemv_tma_launch_cfg<T, NX, 3, 4096, 1>(s, a);
     }
     gemv_launch_cfg<T, NX, 2, 2, VEC>(s, a);
 }
@@ -463,7 +475,7 @@ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 } // namespace
 
-extern "C" void ck_set_gemv_tma(int on) { gemv_tma_enabled = on != 0; }
+extern "C" void ck_set_gemv_tma(int on) { gemv_tma_enabled = on; }
 
 extern "C" void ck_gemv(cudaStream_t s, void *y, bool y_ck, int64_t ldy, const void *x,
                         int64_t ldx, const void *W, const float *bias, ck_dtype dt, int n, int N,
