@@ -662,6 +662,23 @@ static void cuda_rope_kv_store(hr_backend *b, int32_t layer, be_tensor *qkv,
     op_error(c, "rope_kv_store");
 }
 
+
+/* EXPERIMENT: flash-decoding splits for this step: enough (seq, kv head,
+ * split) blocks to reach HEADROOM_CUDA_DEC_FILL blocks, at most n_splits */
+static int dec_splits(const cuda_backend *c, const hr_model_info *in) {
+    static int fill = -1;
+    if (fill < 0) {
+        const char *e = getenv("HEADROOM_CUDA_DEC_FILL");
+        fill = e ? atoi(e) : 0;
+    }
+    if (fill <= 0 || c->n_dec <= 0)
+        return c->n_splits;
+    int per = c->n_dec * in->n_head_kv;
+    int n = (fill + per - 1) / per;
+    n = n < 1 ? 1 : n;
+    return n < c->n_splits ? n : c->n_splits;
+}
+
 static void cuda_attention(hr_backend *b, int32_t layer, be_tensor *out, const be_tensor *qkv) {
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
@@ -687,7 +704,7 @@ static void cuda_attention(hr_backend *b, int32_t layer, be_tensor *out, const b
                       .scale = 1.0f / sqrtf((float)in->head_dim),
                       .dec_rows = meta(c, c->o_dec),
                       .n_dec = c->n_dec,
-                      .n_splits = c->n_splits,
+                      .n_splits = dec_splits(c, in),
                       .split_len = SPLIT_LEN,
                       .work = c->att_work,
                       .tile_row0 = meta(c, c->o_trow),

@@ -453,6 +453,10 @@ void gemv_launch_n(cudaStream_t s, const GemvArgs &a) {
             return gemv_tma_launch_cfg<T, NX, 2, 4096, 1>(s, a);
         if (a.K > 0 && gemv_tma_enabled == 4)
             return gemv_tma_launch_cfg<T, NX, 3, 4096, 1>(s, a);
+        if (a.K > 0 && gemv_tma_enabled == 5 && a.N >= 12288 && NX == 1)
+            return gemv_tma_launch_cfg<T, NX, 6, 1024, 2>(s, a);
+        if (a.K > 0 && gemv_tma_enabled == 6 && a.N >= 12288 && NX == 1)
+            return gemv_tma_launch_cfg<T, NX, 4, 2048, 1>(s, a);
     }
     gemv_launch_cfg<T, NX, 2, 2, VEC>(s, a);
 }

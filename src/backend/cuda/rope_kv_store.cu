@@ -20,28 +20,93 @@
  * (row, head, pair) and one per element with 64-bit division, rope and the
  * store took 19 + 20 us a layer at 512 rows; the per-pair rope alone 14;
  * the fused kernel 19.9, and 15.8 with four heads' loads issued before any
- * store (ROPE_ILP), f32 qkv.
+ * store (ROPE_ILP), f32 qkv. A thread now takes P pairs (4 when the head
+ * size allows) with 8- or 16-byte loads and stores instead of 2-byte ones.
  */
 #include "backend/cuda/common.cuh"
 
 #define ROPE_ILP 4
 
-template <typename T>
+/* N consecutive 16-bit elements as one load or store */
+template <int N> struct ck_vec;
+template <> struct ck_vec<1> { typedef uint16_t type; };
+template <> struct ck_vec<2> { typedef uint32_t type; };
+template <> struct ck_vec<4> { typedef uint2 type; };
+template <> struct ck_vec<8> { typedef uint4 type; };
+
+template <typename T, int N> __device__ __forceinline__ void load_n(const T *p, float f[N]) {
+    const typename ck_vec<N>::type v = *reinterpret_cast<const typename ck_vec<N>::type *>(p);
+    T h[N];
+    memcpy(h, &v, sizeof v);
+#pragma unroll
+    for (int e = 0; e < N; e++)
+        f[e] = ck_to_f32(h[e]);
+}
+
+template <typename T, int N> __device__ __forceinline__ void store_n(T *p, const float f[N]) {
+    T h[N];
+#pragma unroll
+    for (int e = 0; e < N; e++)
+        ck_from_f32(&h[e], f[e]);
+    typename ck_vec<N>::type v;
+    memcpy(&v, h, sizeof v);
+    *reinterpret_cast<typename ck_vec<N>::type *>(p) = v;
+}
+
+/* Pairs P t .. P t + P - 1 of a head: NEOX, elements [P t, + P) and
+ * [half + P t, + P) (two loads of P); else elements [2 P t, + 2 P) (one
+ * load of 2 P), pair e at (2e, 2e + 1). */
+template <typename T, int P, bool NEOX>
+__device__ __forceinline__ void load_pairs(const T *x, int t, int half, float x0[P],
+                                           float x1[P]) {
+    if (NEOX) {
+        load_n<T, P>(x + P * t, x0);
+        load_n<T, P>(x + half + P * t, x1);
+    } else {
+        float f[2 * P];
+        load_n<T, 2 * P>(x + 2 * P * t, f);
+#pragma unroll
+        for (int e = 0; e < P; e++) {
+            x0[e] = f[2 * e];
+            x1[e] = f[2 * e + 1];
+        }
+    }
+}
+
+template <typename T, int P, bool NEOX>
+__device__ __forceinline__ void store_pairs(T *x, int t, int half, const float y0[P],
+                                            const float y1[P]) {
+    if (NEOX) {
+        store_n<T, P>(x + P * t, y0);
+        store_n<T, P>(x + half + P * t, y1);
+    } else {
+        float f[2 * P];
+#pragma unroll
+        for (int e = 0; e < P; e++) {
+            f[2 * e] = y0[e];
+            f[2 * e + 1] = y1[e];
+        }
+        store_n<T, 2 * P>(x + 2 * P * t, f);
+    }
+}
+
+template <typename T, int P, bool NEOX>
 __global__ void rope_kv_store_kernel(T *qkv, int64_t ld, T *k_pool, T *v_pool,
                                      const int32_t *pos, const int32_t *slot,
-                                     const float *inv_freq, int neox, int H, int Hkv, int Dh,
-                                     int BS, int head_blocks) {
+                                     const float *inv_freq, int H, int Hkv, int Dh, int BS,
+                                     int head_blocks) {
     pdl_wait();
     pdl_release();
-    const int half = Dh / 2;
-    const int i = (int)threadIdx.x % half, group = (int)threadIdx.x / half;
-    const int groups = (int)blockDim.x / half;
+    const int half = Dh / 2, per_head = half / P; /* threads of one head */
+    const int t = (int)threadIdx.x % per_head, group = (int)threadIdx.x / per_head;
+    const int groups = (int)blockDim.x / per_head;
     const int64_t r = blockIdx.x / head_blocks;
     const int hb = (int)(blockIdx.x % head_blocks);
-    float s, c;
-    sincosf((float)pos[r] * inv_freq[i], &s, &c);
+    float sn[P], cs[P];
+#pragma unroll
+    for (int e = 0; e < P; e++)
+        sincosf((float)pos[r] * inv_freq[P * t + e], &sn[e], &cs[e]);
     T *row = qkv + r * ld;
-    const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
     const int64_t sl = slot[r];
     const int64_t page0 = (sl / BS * Hkv) * BS + sl % BS; /* (block, kv head 0, offset) */
     const int stride = groups * head_blocks;
@@ -49,19 +114,14 @@ __global__ void rope_kv_store_kernel(T *qkv, int64_t ld, T *k_pool, T *v_pool,
      * stores to the row could alias the next head's loads as far as the
      * compiler knows, so a plain loop waits out one load latency per head */
     for (int h0 = hb * groups + group; h0 < H + Hkv; h0 += ROPE_ILP * stride) {
-        float x0[ROPE_ILP], x1[ROPE_ILP], v0[ROPE_ILP], v1[ROPE_ILP];
+        float x0[ROPE_ILP][P], x1[ROPE_ILP][P], v0[ROPE_ILP][P], v1[ROPE_ILP][P];
 #pragma unroll
         for (int u = 0; u < ROPE_ILP; u++) {
             const int h = h0 + u * stride;
-            x0[u] = x1[u] = v0[u] = v1[u] = 0.0f;
             if (h < H + Hkv) {
-                const T *x = row + h * Dh;
-                x0[u] = ck_to_f32(x[a]);
-                x1[u] = ck_to_f32(x[b]);
-                if (h >= H) { /* a k head: its v goes to the pool with it */
-                    v0[u] = ck_to_f32(x[Hkv * Dh + a]);
-                    v1[u] = ck_to_f32(x[Hkv * Dh + b]);
-                }
+                load_pairs<T, P, NEOX>(row + h * Dh, t, half, x0[u], x1[u]);
+                if (h >= H) /* a k head: its v goes to the pool with it */
+                    load_pairs<T, P, NEOX>(row + (h + Hkv) * Dh, t, half, v0[u], v1[u]);
             }
         }
 #pragma unroll
@@ -69,21 +129,42 @@ __global__ void rope_kv_store_kernel(T *qkv, int64_t ld, T *k_pool, T *v_pool,
             const int h = h0 + u * stride;
             if (h >= H + Hkv)
                 break;
-            T *x = row + h * Dh;
-            const float y0 = x0[u] * c - x1[u] * s, y1 = x1[u] * c + x0[u] * s;
-            ck_from_f32(&x[a], y0);
-            ck_from_f32(&x[b], y1);
+            float y0[P], y1[P];
+#pragma unroll
+            for (int e = 0; e < P; e++) {
+                y0[e] = x0[u][e] * cs[e] - x1[u][e] * sn[e];
+                y1[e] = x1[u][e] * cs[e] + x0[u][e] * sn[e];
+            }
+            store_pairs<T, P, NEOX>(row + h * Dh, t, half, y0, y1);
             if (h >= H) {
                 const int64_t at = (page0 + (int64_t)(h - H) * BS) * Dh;
-                ck_from_f32(&k_pool[at + a], y0);
-                ck_from_f32(&k_pool[at + b], y1);
-                ck_from_f32(&v_pool[at + a], v0[u]);
-                ck_from_f32(&v_pool[at + b], v1[u]);
+                store_pairs<T, P, NEOX>(k_pool + at, t, half, y0, y1);
+                store_pairs<T, P, NEOX>(v_pool + at, t, half, v0[u], v1[u]);
             }
         }
     }
 }
 
+template <typename T, int P>
+static void rope_launch(cudaStream_t s, T *qkv, int64_t ld, T *k_pool, T *v_pool,
+                        const int32_t *pos, const int32_t *slot, const float *inv_freq, int neox,
+                        int n, int H, int Hkv, int Dh, int BS) {
+    const int per_head = Dh / 2 / P;
+    const int groups = per_head >= 256 ? 1 : 256 / per_head; /* threads <= 256 */
+    const int max_hb = (H + Hkv + groups - 1) / groups;
+    int head_blocks = (264 + n - 1) / n; /* about two blocks per SM of an H100/H200 */
+    head_blocks = head_blocks > max_hb ? max_hb : head_blocks;
+    const unsigned grid = (unsigned)((int64_t)n * head_blocks);
+    if (neox)
+        ck_launch(s, grid, (unsigned)(per_head * groups), 0, rope_kv_store_kernel<T, P, true>,
+                  qkv, ld, k_pool, v_pool, pos, slot, inv_freq, H, Hkv, Dh, BS, head_blocks);
+    else
+        ck_launch(s, grid, (unsigned)(per_head * groups), 0, rope_kv_store_kernel<T, P, false>,
+                  qkv, ld, k_pool, v_pool, pos, slot, inv_freq, H, Hkv, Dh, BS, head_blocks);
+}
+
+/* P = 4 pairs a thread when every access stays aligned for it (a gptj
+ * thread loads 2 P elements, a neox thread P twice), else 2, else 1 */
 extern "C" void ck_rope_kv_store(cudaStream_t s, void *qkv, int64_t ld, void *k_pool,
                                  void *v_pool, ck_dtype dt, const int32_t *pos,
                                  const int32_t *slot, const float *inv_freq, int neox, int n,
@@ -91,12 +172,19 @@ extern "C" void ck_rope_kv_store(cudaStream_t s, void *qkv, int64_t ld, void *k_
     const int half = Dh / 2;
     if (n <= 0 || half <= 0)
         return;
-    const int groups = half >= 256 ? 1 : 256 / half; /* threads: half * groups <= 256 */
-    const int max_hb = (H + Hkv + groups - 1) / groups;
-    int head_blocks = (264 + n - 1) / n; /* about two blocks per SM of an H100/H200 */
-    head_blocks = head_blocks > max_hb ? max_hb : head_blocks;
-    const unsigned grid = (unsigned)((int64_t)n * head_blocks);
-    CK_DISPATCH(dt, ck_launch(s, grid, (unsigned)(half * groups), 0, rope_kv_store_kernel<T>,
-                              (T *)qkv,                              ld, (T *)k_pool, (T *)v_pool, pos, slot, inv_freq, neox, H, Hkv,
-                              Dh, BS, head_blocks));
+    const uintptr_t base = (uintptr_t)qkv | (uintptr_t)k_pool | (uintptr_t)v_pool;
+    auto fits = [&](int P) { /* element offsets and bases multiples of the widest access */
+        const int w = neox ? P : 2 * P;
+        return half % P == 0 && Dh % w == 0 && ld % w == 0 && base % (2 * (uintptr_t)w) == 0;
+    };
+    const int P = fits(4) ? 4 : fits(2) ? 2 : 1;
+    CK_DISPATCH(dt, {
+        T *q = (T *)qkv, *kp = (T *)k_pool, *vp = (T *)v_pool;
+        if (P == 4)
+            rope_launch<T, 4>(s, q, ld, kp, vp, pos, slot, inv_freq, neox, n, H, Hkv, Dh, BS);
+        else if (P == 2)
+            rope_launch<T, 2>(s, q, ld, kp, vp, pos, slot, inv_freq, neox, n, H, Hkv, Dh, BS);
+        else
+            rope_launch<T, 1>(s, q, ld, kp, vp, pos, slot, inv_freq, neox, n, H, Hkv, Dh, BS);
+    });
 }
