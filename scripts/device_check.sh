@@ -9,7 +9,8 @@
 #   (default: checks bench hf sweep; profile: GPU time per op and rows of the step
 #   for prefills of 512 and 2048 and a batch of 64, eager steps, from
 #   HEADROOM_CUDA_PROFILE; ablate: batch-1 decode again without programmatic
-#   dependent launch, then without the GEMV's bulk copies; compiled: transformers with static cache + torch.compile)
+#   dependent launch, 64 sequences and the 32k context with every decode step
+#   at all flash-decoding splits; compiled: transformers with static cache + torch.compile)
 set -u
 cd "$(dirname "$0")/.."
 D=$PWD/.dev/device
@@ -48,11 +49,11 @@ if [[ $what == *ablate* ]]; then
   echo "== without programmatic dependent launch"
   HEADROOM_CUDA_PDL=0 $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 \
     --graphs on,off 2>&1 | tee $OUT/ablate.jsonl
-  for m in 0 2 3 4; do
-  echo "== GEMV mode $m"
-  HEADROOM_CUDA_GEMV_TMA=$m $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 \
-    --graphs on 2>&1 | tee -a $OUT/ablate.jsonl
-  done
+  echo "== every decode step at all flash-decoding splits"
+  HEADROOM_CUDA_DEC_FILL=0 $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 --batch 64 \
+    2>&1 | tee -a $OUT/ablate.jsonl
+  HEADROOM_CUDA_DEC_FILL=0 $T 120 $B --synthetic llama2-7b --prompt 32768 --gen 64 --ctx 32832 \
+    2>&1 | tee -a $OUT/ablate.jsonl
 fi
 if [[ $what == *profile* ]]; then
   echo "== GPU time per op (graphs off)"

@@ -224,46 +224,39 @@ static void gemv_case(ck_dtype dt, int N, int K, int n, bool with_bias, int x_of
 }
 
 static void gemv_checks(void) {
-    /* aligned shapes run the bulk-copy kernel, then the row-per-warp one;
-     * N = 1061, 77: a last group of 5 rows; K = 6152, 14336: segments of
-     * unequal length (2048 columns at most); K = 4104: 8 x odd */
-    const int shapes[][2] = {{1, 8},        {37, 64},      {77, 4104},   {1061, 6152}, {13, 14336},
-                             {4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};
+    printf("== gemv correctness\n");
+    const int shapes[][2] = {{1, 8},       {37, 64},     {4096, 4096},
+                             {11008, 4096}, {4096, 11008}, {32000, 4096}};
     const int ns[] = {1, 2, 3, 8};
-    for (int tma = 1; tma >= 0; tma--) {
-        printf("== gemv correctness, %s kernel\n", tma ? "bulk-copy" : "row-per-warp");
-        ck_set_gemv_tma(tma);
-        Rng g = {42};
-        for (ck_dtype dt : {CK_BF16, CK_F16})
-            for (const auto &sh : shapes) {
-                const int N = sh[0], K = sh[1];
-                if ((g_small || !tma) && (int64_t)N * K > 4096 * 4096)
-                    continue;
-                std::vector<uint16_t> W((size_t)N * K);
-                for (auto &v : W)
-                    v = rand_ck(g, dt);
-                for (int n : ns)
-                    for (int b = 0; b < 2; b++)
-                        gemv_case(dt, N, K, n, b != 0, 0, 0, W, g);
-                if (N <= 4096 && K <= 4096) {
-                    /* misaligned x, then misaligned W: the 2-byte-load path */
-                    gemv_case(dt, N, K, 3, true, 1, 0, W, g);
-                    gemv_case(dt, N, K, 1, false, 0, 1, W, g);
-                    /* more rows than one launch takes: split into launches of 8 */
-                    gemv_case(dt, N, K, 9, true, 0, 0, W, g);
-                    gemv_case(dt, N, K, 16, false, 0, 0, W, g);
-                }
-            }
-        /* beyond the contract (K % 8 != 0): the launcher falls back to 2-byte loads */
-        const int odd[][2] = {{5, 37}, {33, 100}, {3, 1}};
-        for (const auto &sh : odd) {
-            std::vector<uint16_t> W((size_t)sh[0] * sh[1]);
+    Rng g = {42};
+    for (ck_dtype dt : {CK_BF16, CK_F16})
+        for (const auto &sh : shapes) {
+            const int N = sh[0], K = sh[1];
+            if (g_small && (int64_t)N * K > 4096 * 4096)
+                continue;
+            std::vector<uint16_t> W((size_t)N * K);
             for (auto &v : W)
-                v = rand_ck(g, CK_BF16);
-            gemv_case(CK_BF16, sh[0], sh[1], 2, true, 0, 0, W, g);
+                v = rand_ck(g, dt);
+            for (int n : ns)
+                for (int b = 0; b < 2; b++)
+                    gemv_case(dt, N, K, n, b != 0, 0, 0, W, g);
+            if (N <= 4096 && K <= 4096) {
+                /* misaligned x, then misaligned W: the 2-byte-load path */
+                gemv_case(dt, N, K, 3, true, 1, 0, W, g);
+                gemv_case(dt, N, K, 1, false, 0, 1, W, g);
+                /* more rows than one launch takes: split into launches of 8 */
+                gemv_case(dt, N, K, 9, true, 0, 0, W, g);
+                gemv_case(dt, N, K, 16, false, 0, 0, W, g);
+            }
         }
+    /* beyond the contract (K % 8 != 0): the launcher falls back to 2-byte loads */
+    const int odd[][2] = {{5, 37}, {33, 100}, {3, 1}};
+    for (const auto &sh : odd) {
+        std::vector<uint16_t> W((size_t)sh[0] * sh[1]);
+        for (auto &v : W)
+            v = rand_ck(g, CK_BF16);
+        gemv_case(CK_BF16, sh[0], sh[1], 2, true, 0, 0, W, g);
     }
-    ck_set_gemv_tma(1);
 }
 
 /* ---------------------------------------------------------------- GEMV timing */
@@ -416,24 +409,18 @@ static void gemv_timing(void) {
         CK(cudaFree(b));
         CK(cudaFree(sink));
     }
-    const int shapes[][2] = {{4096, 4096}, {12288, 4096}, {22016, 4096}, {4096, 11008},
-                             {32000, 4096}};
+    const int shapes[][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};
     struct Variant {
         const char *name;
         gemv_fn fn;
     } variants[] = {
         {"rpw=1 u=4", gemv_launch_cfg<Bf16Tag, 1, 1, 4, true>},
-        {"rpw=2 u=2 (rows)", gemv_launch_cfg<Bf16Tag, 1, 2, 2, true>},
+        {"rpw=1 u=8", gemv_launch_cfg<Bf16Tag, 1, 1, 8, true>},
+        {"rpw=2 u=2 (prod)", gemv_launch_cfg<Bf16Tag, 1, 2, 2, true>},
         {"rpw=2 u=4", gemv_launch_cfg<Bf16Tag, 1, 2, 4, true>},
+        {"rpw=2 u=8", gemv_launch_cfg<Bf16Tag, 1, 2, 8, true>},
         {"rpw=4 u=2", gemv_launch_cfg<Bf16Tag, 1, 4, 2, true>},
-        {"tma 4x2048 (prod)", gemv_tma_launch_cfg<Bf16Tag, 1, 4, 2048, 1>},
-        {"tma 3x2048 2/sm", gemv_tma_launch_cfg<Bf16Tag, 1, 3, 2048, 2>},
-        {"tma 2x2048 2/sm", gemv_tma_launch_cfg<Bf16Tag, 1, 2, 2048, 2>},
-        {"tma 6x1024 2/sm", gemv_tma_launch_cfg<Bf16Tag, 1, 6, 1024, 2>},
-        {"tma 3x4096", gemv_tma_launch_cfg<Bf16Tag, 1, 3, 4096, 1>},
-        {"tma 2x4096", gemv_tma_launch_cfg<Bf16Tag, 1, 2, 4096, 1>},
-        {"tma 4x3072", gemv_tma_launch_cfg<Bf16Tag, 1, 4, 3072, 1>},
-        {"tma 2x3072 2/sm", gemv_tma_launch_cfg<Bf16Tag, 1, 2, 3072, 2>},
+        {"rpw=4 u=4", gemv_launch_cfg<Bf16Tag, 1, 4, 4, true>},
     };
     for (const auto &sh : shapes) {
         const int N = sh[0], K = sh[1];
@@ -449,10 +436,6 @@ static void gemv_timing(void) {
         time_gemv("prod", prod_bf16<2>, 2, N, K, Wbuf, d_x, d_y);
         time_gemv("prod", prod_bf16<4>, 4, N, K, Wbuf, d_x, d_y);
         time_gemv("prod", prod_bf16<8>, 8, N, K, Wbuf, d_x, d_y);
-        ck_set_gemv_tma(0);
-        time_gemv("rows", prod_bf16<2>, 2, N, K, Wbuf, d_x, d_y);
-        time_gemv("rows", prod_bf16<4>, 4, N, K, Wbuf, d_x, d_y);
-        ck_set_gemv_tma(1);
         free_ring(Wbuf);
         CK(cudaFree(d_x));
         CK(cudaFree(d_y));

@@ -46,6 +46,11 @@
  * warps, and 64 sequences of 128..384 positions spent 104 us a layer in
  * attention (2.6 TB/s of KV, H200, 2026-11-30). */
 #define SPLIT_LEN 128
+/* Decode blocks a step aims at (dec_splits): 64 sequences of 128..384
+ * positions, Llama-2-7B (2048 rows x kv heads), decoded 8.14-8.18k tok/s
+ * with every step at n_splits (16) splits, 8.34k with 2, 8.64-8.65k with 1
+ * (H200, 2026-11-30). One sequence keeps up to 64 splits (32 kv heads). */
+#define DEC_FILL_BLOCKS 2048
 
 _Static_assert(sizeof(ck_sample_params) == SIZES_CUDA_SAMPLE_PARAM,
                "memory/sizes.h must know the sampling parameters' size");
@@ -88,7 +93,8 @@ typedef struct {
     uint8_t *k_pool, *v_pool;
     size_t kv_layer_bytes;
     float *inv_freq;
-    int n_splits;
+    int n_splits;         /* flash-decoding splits the workspace holds */
+    int dec_fill;         /* decode blocks a step aims at (dec_splits) */
     float *att_work;
     /* step metadata: pinned host mirror and device copy, fixed offsets */
     int32_t *h_meta, *d_meta;
@@ -663,20 +669,19 @@ static void cuda_rope_kv_store(hr_backend *b, int32_t layer, be_tensor *qkv,
 }
 
 
-/* EXPERIMENT: flash-decoding splits for this step: enough (seq, kv head,
- * split) blocks to reach HEADROOM_CUDA_DEC_FILL blocks, at most n_splits */
+
+/* Flash-decoding splits of this step. The grid is n_splits x decode rows x
+ * kv heads whatever the contexts (graph capture), and a split that a short
+ * context leaves empty still costs its block a launch; a split also costs
+ * its q loads, merge and partial. So a step takes only as many splits as
+ * bring its blocks to c->dec_fill: with many rows, one split each (the
+ * block walks the whole context). */
 static int dec_splits(const cuda_backend *c, const hr_model_info *in) {
-    static int fill = -1;
-    if (fill < 0) {
-        const char *e = getenv("HEADROOM_CUDA_DEC_FILL");
-        fill = e ? atoi(e) : 0;
-    }
-    if (fill <= 0 || c->n_dec <= 0)
+    const int per_split = c->n_dec * in->n_head_kv;
+    if (c->dec_fill <= 0 || per_split <= 0)
         return c->n_splits;
-    int per = c->n_dec * in->n_head_kv;
-    int n = (fill + per - 1) / per;
-    n = n < 1 ? 1 : n;
-    return n < c->n_splits ? n : c->n_splits;
+    const int n = (c->dec_fill + per_split - 1) / per_split;
+    return n < 1 ? 1 : n < c->n_splits ? n : c->n_splits;
 }
 
 static void cuda_attention(hr_backend *b, int32_t layer, be_tensor *out, const be_tensor *qkv) {
@@ -953,8 +958,10 @@ hr_status backend_cuda_create(const hr_model_info *info, const be_params *p, hr_
      * measure what it gains (a process-wide switch: kernels read it at launch) */
     const char *pdl = getenv("HEADROOM_CUDA_PDL");
     ck_set_pdl(!(pdl && strcmp(pdl, "0") == 0));
-    const char *tma = getenv("HEADROOM_CUDA_GEMV_TMA"); /* the same, for the GEMV's bulk copies */
-    ck_set_gemv_tma(tma ? atoi(tma) : 1);
+    /* HEADROOM_CUDA_DEC_FILL=0 gives every decode step all n_splits splits
+     * (to measure what fewer splits gain); a number sets the block target */
+    const char *fill = getenv("HEADROOM_CUDA_DEC_FILL");
+    c->dec_fill = fill ? atoi(fill) : DEC_FILL_BLOCKS;
     if (p->arena_bytes > 0) {
         e = cudaMalloc((void **)&c->arena, p->arena_bytes);
         if (e != cudaSuccess) {

@@ -37,7 +37,17 @@
  * S=12): 4096x4096 2.42 / 2.47 / 2.32 / 2.20, 11008x4096 3.50 / 3.57 /
  * 2.92 / 2.80, 4096x11008 3.30 / 3.07 / 2.97 / 2.85, 32000x4096 3.73 /
  * 4.00 / 3.84 / 3.76 — deeper rings are slower everywhere, and S=4 wins
- * only on the tall shapes (H200, 2026-11-29).
+ * only on the tall shapes (H200, 2026-11-29). Nor by bulk copies (TMA): a
+ * producer warp feeding 8 consumer warps a ring of 8-row stages in shared
+ * memory, one block per SM (2026-11-30, commits f3e2cc0, 17fb0b6, eb32fd9): back
+ * to back it streamed the tall shapes faster (n = 1, TB/s, this kernel /
+ * TMA: 22016x4096 3.76 / 4.03-4.12, 32000x4096 3.86 / 4.15), the others
+ * slower (4096x4096 3.03 / 2.63, 4096x11008 3.57 / 2.84-3.31), and the
+ * decode step with it was slower whatever the shapes it took: 211-216
+ * tok/s for all of them, 232-232.4 for the tall ones only, against 233.2-
+ * 234.5 (Llama-2-7B, batch 1). Not measured, the likely cause: a fixed
+ * split of the rows over the SMs turns any SM's late start into the
+ * kernel's tail, where this grid's blocks go to whichever SM is free.
  *
  * The aligned path needs K % 8 == 0, W, x 16-byte aligned and ldx % 8 == 0;
  * otherwise the same kernel runs with 2-byte loads (slow, but correct for any
@@ -54,8 +64,6 @@
 #include <stdint.h>
 
 namespace {
-
-int gemv_tma_enabled = 1; /* ck_set_gemv_tma */
 
 constexpr int kGemvThreads = 256; /* 8 warps: small blocks keep the last wave short */
 constexpr int kGemvWarps = kGemvThreads / 32;
@@ -233,170 +241,6 @@ __global__ void __launch_bounds__(kGemvThreads)
     }
 }
 
-/* ---- the bulk-copy path: weights stream into shared memory by TMA.
- *
- * One block per SM, each owning consecutive groups of kTmaRows weight rows.
- * A producer warp copies the block's weights, a stage at a time (the group's
- * kTmaRows rows x one segment of up to SEG columns, one cp.async.bulk per
- * row), into a ring of STAGES stages; each of kTmaRows consumer warps takes
- * its row of a stage from shared memory, multiplies it with x (read through
- * L1) and hands the stage back. One thread keeps up to STAGES x 32 KB in
- * flight per SM, where the row-per-warp kernel above needs every lane's
- * registers for its 64 bytes. The producer never waits for the previous
- * kernel (weights depend on none): with programmatic dependent launch the
- * first STAGES stages arrive while that kernel (a norm, the attention)
- * still runs, so HBM stays busy across the kernel boundary.
- * Weights are copied with an L2 evict-first hint: read once per step, they
- * should not push the KV cache and activations out of L2. */
-constexpr int kTmaRows = 8;                      /* rows of a stage, one per consumer warp */
-constexpr int kTmaThreads = (kTmaRows + 1) * 32; /* + the producer warp */
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
-                 : "memory");
-}
-
-/* one arrival that also announces the bytes the stage's copies will bring */
-__device__ __forceinline__ void mbar_arrive_expect(uint64_t *bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-
-/* until the barrier's phase of this parity has completed */
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
-    uint32_t done;
-    do {
-        asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(smem_u32(bar)), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-
-__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes,
-                                          uint64_t *bar, uint64_t policy) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 ".L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
-                 : "memory");
-}
-
-/* Rows of W are cut into n_seg segments of seg_len columns (the last one
- * shorter; seg_len <= SEG, a multiple of 8). Unit i of a block = (group
- * g0 + i / n_seg, segment i % n_seg) lands in stage i % STAGES. */
-template <class T, int NX, int STAGES, int SEG, int BPS>
-__global__ void __launch_bounds__(kTmaThreads, BPS)
-    gemv_tma_kernel(void *__restrict__ y, bool y_ck, int64_t ldy, const uint16_t *__restrict__ x,
-                    int64_t ldx, const uint16_t *__restrict__ W, const float *__restrict__ bias,
-                    int N, int K, int seg_len, int n_seg) {
-    static_assert(SEG % 256 == 0, "a lane takes whole 16-byte chunks, 32 lanes a round");
-    static_assert(NX <= 32, "lane q stores output q");
-    extern __shared__ __align__(128) uint16_t stage_buf[]; /* STAGES x kTmaRows x SEG */
-    __shared__ uint64_t full[STAGES], empty[STAGES];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int n_group = (N + kTmaRows - 1) / kTmaRows;
-    const int g0 = (int)((int64_t)blockIdx.x * n_group / gridDim.x);
-    const int g1 = (int)((int64_t)(blockIdx.x + 1) * n_group / gridDim.x);
-    const int n_unit = (g1 - g0) * n_seg;
-
-    if (threadIdx.x == 0) {
-        for (int st = 0; st < STAGES; st++) {
-            mbar_init(&full[st], 1);
-            mbar_init(&empty[st], kTmaRows);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-
-    if (warp == kTmaRows) { /* the producer */
-        if (lane == 0) {
-            uint64_t policy;
-            asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-            for (int i = 0; i < n_unit; i++) {
-                const int st = i % STAGES;
-                if (i >= STAGES) /* its previous unit consumed by all 8 warps */
-                    mbar_wait(&empty[st], (unsigned)(i / STAGES - 1) & 1u);
-                const int g = g0 + i / n_seg, c0 = (i % n_seg) * seg_len;
-                const int len = min(seg_len, K - c0);
-                const int rows = min(kTmaRows, N - g * kTmaRows);
-                const uint16_t *src = W + (int64_t)g * kTmaRows * K + c0;
-                uint16_t *dst = stage_buf + (size_t)st * kTmaRows * SEG;
-                mbar_arrive_expect(&full[st], (unsigned)(rows * len * 2));
-                if (n_seg == 1) /* whole rows: one contiguous stretch of W */
-                    bulk_copy(dst, src, (unsigned)(rows * K) * 2u, &full[st], policy);
-                else
-                    for (int r = 0; r < rows; r++)
-                        bulk_copy(dst + (size_t)r * SEG, src + (int64_t)r * K,
-                                  (unsigned)len * 2u, &full[st], policy);
-            }
-        }
-        return;
-    }
-
-    pdl_wait(); /* x is the previous kernel's output */
-    pdl_release();
-    float acc[NX];
-#pragma unroll
-    for (int q = 0; q < NX; q++)
-        acc[q] = 0.0f;
-    for (int i = 0; i < n_unit; i++) {
-        const int st = i % STAGES, s = i % n_seg;
-        const int g = g0 + i / n_seg, c0 = s * seg_len;
-        const int n_chunk = min(seg_len, K - c0) / 8;
-        const int64_t row = (int64_t)g * kTmaRows + warp;
-        mbar_wait(&full[st], (unsigned)(i / STAGES) & 1u);
-        if (row < N) {
-            const int ld_stage = n_seg == 1 ? K : SEG; /* as the producer laid it out */
-            const uint4 *w4 = reinterpret_cast<const uint4 *>(
-                stage_buf + (size_t)st * kTmaRows * SEG + (size_t)warp * ld_stage);
-#pragma unroll
-            for (int j = 0; j < SEG / 256; j++) {
-                const int c = j * 32 + lane;
-                if (c < n_chunk) {
-                    float wf[8];
-                    unpack8<T>(w4[c], wf);
-#pragma unroll
-                    for (int q = 0; q < NX; q++) {
-                        float xf[8];
-                        unpack8<T>(load_cached16(x + q * ldx + c0 + c * 8), xf);
-#pragma unroll
-                        for (int e = 0; e < 8; e++)
-                            acc[q] = fmaf(wf[e], xf[e], acc[q]);
-                    }
-                }
-            }
-        }
-        __syncwarp();
-        if (lane == 0)
-            mbar_arrive(&empty[st]); /* the producer may refill the stage */
-        if (s == n_seg - 1) {       /* the row is complete */
-#pragma unroll
-            for (int q = 0; q < NX; q++) {
-                const float v = warp_sum(acc[q]);
-                if (lane == q && row < N) {
-                    const float out = bias ? v + bias[row] : v;
-                    if (y_ck)
-                        ck_from_f32(static_cast<typename T::type *>(y) + q * ldy + row, out);
-                    else
-                        static_cast<float *>(y)[q * ldy + row] = out;
-                }
-                acc[q] = 0.0f;
-            }
-        }
-    }
-}
-
 struct GemvArgs {
     void *y;
     bool y_ck;
@@ -416,27 +260,6 @@ void gemv_launch_cfg(cudaStream_t s, const GemvArgs &a) {
               a.ldy, a.x, a.ldx, a.W, a.bias, a.N, a.K);
 }
 
-/* One block per SM (fewer when N has fewer groups); segments as long as SEG
- * allows, of equal length but the last. */
-template <class T, int NX, int STAGES, int SEG, int BPS>
-void gemv_tma_launch_cfg(cudaStream_t s, const GemvArgs &a) {
-    auto kernel = gemv_tma_kernel<T, NX, STAGES, SEG, BPS>;
-    const int smem = STAGES * kTmaRows * SEG * 2;
-    /* above 48 KB a kernel must ask; set before every launch: it is per
-     * device, and allowed during graph capture */
-    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    int dev = 0, n_sm = 0;
-    (void)cudaGetDevice(&dev);
-    (void)cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
-    const int n_group = (a.N + kTmaRows - 1) / kTmaRows;
-    /* segments start at multiples of 128 bytes from the row's start */
-    const int n_seg = (a.K + SEG - 1) / SEG;
-    const int seg_len = ((a.K + n_seg - 1) / n_seg + 63) / 64 * 64;
-    const int grid = n_group < n_sm * BPS ? n_group : n_sm * BPS;
-    ck_launch(s, (unsigned)grid, kTmaThreads, (size_t)smem, kernel, a.y, a.y_ck, a.ldy, a.x, a.ldx,
-              a.W, a.bias, a.N, a.K, seg_len, n_seg);
-}
-
 /* Production choice: 2 rows per warp, 2 chunks per row in flight. Measured
  * on the H200 (2026-11-29, tests/cuda/gemv_sample_check.cu sweep, n = 1,
  * single launch): 11008x4096 3.45 TB/s (U=4: 3.05), 4096x11008 3.22 (U=4:
@@ -444,20 +267,6 @@ void gemv_tma_launch_cfg(cudaStream_t s, const GemvArgs &a) {
  * more warps resident wins at every shape. */
 template <class T, int NX, bool VEC>
 void gemv_launch_n(cudaStream_t s, const GemvArgs &a) {
-    if constexpr (VEC) {
-        if (a.K > 0 && gemv_tma_enabled == 1)
-            return gemv_tma_launch_cfg<T, NX, 4, 2048, 1>(s, a);
-        if (a.K > 0 && gemv_tma_enabled == 2)
-            return gemv_tma_launch_cfg<T, NX, 3, 2048, 2>(s, a);
-        if (a.K > 0 && gemv_tma_enabled == 3)
-            return gemv_tma_launch_cfg<T, NX, 2, 4096, 1>(s, a);
-        if (a.K > 0 && gemv_tma_enabled == 4)
-            return gemv_tma_launch_cfg<T, NX, 3, 4096, 1>(s, a);
-        if (a.K > 0 && gemv_tma_enabled == 5 && a.N >= 12288 && NX == 1)
-            return gemv_tma_launch_cfg<T, NX, 6, 1024, 2>(s, a);
-        if (a.K > 0 && gemv_tma_enabled == 6 && a.N >= 12288 && NX == 1)
-            return gemv_tma_launch_cfg<T, NX, 4, 2048, 1>(s, a);
-    }
     gemv_launch_cfg<T, NX, 2, 2, VEC>(s, a);
 }
 
@@ -478,8 +287,6 @@ void gemv_launch_t(cudaStream_t s, const GemvArgs &a, int n) {
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 } // namespace
-
-extern "C" void ck_set_gemv_tma(int on) { gemv_tma_enabled = on; }
 
 extern "C" void ck_gemv(cudaStream_t s, void *y, bool y_ck, int64_t ldy, const void *x,
                         int64_t ldx, const void *W, const float *bias, ck_dtype dt, int n, int N,

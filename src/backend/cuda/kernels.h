@@ -85,10 +85,6 @@ void ck_convert_f32_to_ck(cudaStream_t s, void *dst, const float *src, int64_t n
  * For small n (decode): each warp streams weight rows with 16-byte loads and
  * reuses them for all n rows. n <= CK_GEMV_MAX_ROWS, K % 8 == 0. */
 #define CK_GEMV_MAX_ROWS 8
-/* 1 (default): aligned products stream W through shared memory by bulk
- * copies (gemv.cu); 0: every product runs the row-per-warp kernel
- * (HEADROOM_CUDA_GEMV_TMA=0, to measure the difference) */
-void ck_set_gemv_tma(int on);
 void ck_gemv(cudaStream_t s, void *y, bool y_ck, int64_t ldy, const void *x, int64_t ldx,
              const void *W, const float *bias, ck_dtype dt, int n, int N, int K);
 
