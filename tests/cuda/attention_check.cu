@@ -105,6 +105,8 @@ static const case_spec cases[] = {
     {"g2 16:8 decode", 16, 8, 128, 16, CK_BF16, PATH_FLASH, 0, 0, 0, 2, {D(33), D(1000)}},
     {"4 splits of >= 64 (spread)", 32, 8, 128, 16, CK_BF16, PATH_FLASH, 64, 4, 0, 3, {D(100), D(300), D(4100)}},
     {"one split", 9, 3, 64, 16, CK_BF16, PATH_FLASH, 4096, 1, 0, 2, {D(17), D(5000)}},
+    {"one split llama2-7b rows", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 128, 1, 0, 6, {D(128), D(129), D(300), D(384), D(17), D(1)}},
+    {"one split llama3-8b rows f16", 32, 8, 128, 16, CK_F16, PATH_FLASH, 128, 1, 0, 4, {D(1), D(200), D(384), D(4100)}},
     {"graph qwen2 f16", 14, 2, 64, 16, CK_F16, PATH_FLASH, 0, 0, GRAPH, 3, {D(17), D(300), D(4100)}},
     {"graph dh80 prefill+decode f16", 16, 4, 80, 16, CK_F16, PATH_FLASH, 0, 0, GRAPH, 2, {D(200), P(300, 70)}},
     {"split_len 1000 (few splits)", 32, 8, 128, 16, CK_BF16, PATH_FLASH, 1000, 128, 0, 2, {D(999), D(4100)}},

@@ -23,7 +23,9 @@
  * online softmax per head updates (m, l), and lanes switch to owning output
  * dimension pairs for O += P V. No shuffles in the inner loops. The block
  * merges its warps and writes (o[Dh], m, l) per head and split to work; the
- * combine kernel merges the splits per (row, head). The grid does not depend
+ * combine kernel merges the splits per (row, head). With one split (a step
+ * of many rows, whose blocks fill the GPU without splitting) the block
+ * writes the output itself and no combine runs. The grid does not depend
  * on the contexts (graph capture): each block reads row_pos, sizes the
  * splits from it (context / n_splits, at least split_len, so every split of
  * a long context is busy) and exits when its split is empty; empty splits
@@ -400,6 +402,30 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode_kernel(const ck
         }
     }
     __syncthreads();
+    if (a.n_splits == 1) { /* the block saw the whole context: write the output */
+        T *out = static_cast<T *>(a.out) + (int64_t)a.dec_rows[blockIdx.x] * a.ld_out +
+                 (int64_t)h0 * DH;
+        for (int i = tid; i < nh * DH; i += blockDim.x) {
+            const int j = i / DH, d = i % DH;
+            float M = -INFINITY;
+#pragma unroll
+            for (int w = 0; w < DEC_WARPS; w++)
+                M = fmaxf(M, warp_part(w)[j * PART + DH]);
+            float o = 0.0f, L = 0.0f;
+#pragma unroll
+            for (int w = 0; w < DEC_WARPS; w++) {
+                const float *pw = warp_part(w);
+                const float mw = pw[j * PART + DH];
+                if (mw != -INFINITY) { /* a warp without chunks */
+                    const float f = exp2f(mw - M);
+                    o += f * pw[j * PART + d];
+                    L += f * pw[j * PART + DH + 1];
+                }
+            }
+            ck_from_f32(&out[(int64_t)j * DH + d], L > 0.0f ? o / L : 0.0f);
+        }
+        return;
+    }
     /* (row, split) recomputed from blockIdx rather than kept live across the
      * chunk loop, where ptxas spilled them */
     float *wout = a.work + ((int64_t)(blockIdx.x / a.n_splits) * a.H + h0) * a.n_splits * PART +
@@ -492,7 +518,9 @@ static void decode_launch(cudaStream_t s, const ck_attn_args *a) {
                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     dim3 grid((unsigned)(a->n_splits * a->n_dec), (unsigned)(a->Hkv * n_hb));
     attn_decode_kernel<T, DH, GB><<<grid, DEC_WARPS * 32, smem, s>>>(*a);
-    attn_combine_kernel<T><<<dim3((unsigned)a->n_dec, (unsigned)a->H), COMB_WARPS * 32, 0, s>>>(*a);
+    if (a->n_splits > 1) /* one split: the decode kernel wrote the output */
+        attn_combine_kernel<T>
+            <<<dim3((unsigned)a->n_dec, (unsigned)a->H), COMB_WARPS * 32, 0, s>>>(*a);
 }
 
 /* GB: the group size rounded up to 1, 2, 4 or 8 (padding heads have q = 0
