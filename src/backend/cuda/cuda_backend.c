@@ -681,8 +681,8 @@ static int dec_splits(const cuda_backend *c, const hr_model_info *in) {
     const int per_split = c->n_dec * in->n_head_kv;
     if (c->dec_fill <= 0 || per_split <= 0)
         return c->n_splits;
-    const int n = (c->dec_fill + per_split - 1) / per_split;
-    return n < 1 ? 1 : n < c->n_splits ? n : c->n_splits;
+    const int n = (c->dec_fill + per_split - 1) / per_split; /* >= 1 */
+    return n < c->n_splits ? n : c->n_splits;
 }
 
 static void cuda_attention(hr_backend *b, int32_t layer, be_tensor *out, const be_tensor *qkv) {
