@@ -5,6 +5,8 @@
  * fresh random inputs, at shapes that include odd sizes and the GQA ratios of
  * real models, in one step that mixes a prefill from position 0, a decode
  * row deep into a cached sequence and a prefill continuing a cached one.
+ * Attention runs three times per shape: flash, flash with every decode step
+ * in one split, and naive.
  * One line per (op, shape): NMSE and the worst |a - b| / (atol + rtol |ref|).
  * Without a CUDA device (CI) it prints "SKIP: no CUDA device" and exits 77.
  *
@@ -195,7 +197,14 @@ static void add_segment(step_buf *s, const int32_t *bt, int max_blocks, int BS, 
         s->out[s->step.n_out++] = row0 + n - 1;
 }
 
-static void run_shape(const shape *sh, bool naive) {
+/* the attention path of a run: flash kernels with the backend's choice of
+ * flash-decoding splits, flash with every decode step in one split (the
+ * decode kernel then writes the output; HEADROOM_CUDA_DEC_FILL=1, read when
+ * the backend is made), or the naive kernel */
+typedef enum { ATTN_FLASH, ATTN_FLASH_ONE_SPLIT, ATTN_NAIVE } attn_mode;
+
+static void run_shape(const shape *sh, attn_mode mode) {
+    const bool naive = mode == ATTN_NAIVE, all_ops = mode == ATTN_FLASH;
     hr_error err;
     const hr_dtype ck = sh->ck;
     const int BS = 16, max_blocks = 16, n_seq = 3;
@@ -246,7 +255,8 @@ static void run_shape(const shape *sh, bool naive) {
     const hr_backend_ops *co = cb->ops, *go = gb->ops;
     const int64_t qkv_cols = (int64_t)(sh->H + 2 * sh->Hkv) * sh->Dh;
     char label[64];
-    snprintf(label, sizeof label, "%s", naive ? "attn naive" : "attn flash");
+    snprintf(label, sizeof label, "%s",
+             naive ? "attn naive" : all_ops ? "attn flash" : "attn flash 1 split");
 
     /* history: 100 cached positions of sequence 1 and 40 of sequence 2 */
     step_buf hist = {.step = {.block_tables = bt}};
@@ -276,7 +286,7 @@ static void run_shape(const shape *sh, bool naive) {
     CHECK_OK(go->begin_step(gb, &st.step, &err), &err);
     const double r16 = ck == HR_DTYPE_BF16 ? 1.0 / 256 : 1.0 / 2048;
 
-    if (!naive) { /* these do not depend on the attention kernel: test them once */
+    if (all_ops) { /* these do not depend on the attention kernel: test them once */
         co->embed(cb, &C.x, C.emb);
         go->embed(gb, &G.x, G.emb);
         compare("embed", sh, &C, &G, &C.x, &G.x, R, 0, 0, 0);
@@ -372,7 +382,7 @@ static void run_shape(const shape *sh, bool naive) {
     be_sample samples[16] = {{0}};
     CHECK_OK(co->end_step(cb, &C.logits, host, NULL, NULL, &err), &err);
     CHECK_OK(go->end_step(gb, &G.logits, NULL, samples, tok, &err), &err);
-    if (!naive)
+    if (all_ops)
         for (int i = 0; i < st.step.n_out; i++) {
             int32_t best = 0;
             for (int32_t t = 1; t < sh->V; t++)
@@ -396,8 +406,11 @@ int main(void) {
     if (!engine_cuda_available())
         TEST_SKIP("no CUDA device (%s)", engine_cuda_why_not());
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        run_shape(&shapes[i], false);
-        run_shape(&shapes[i], true);
+        run_shape(&shapes[i], ATTN_FLASH);
+        setenv("HEADROOM_CUDA_DEC_FILL", "1", 1);
+        run_shape(&shapes[i], ATTN_FLASH_ONE_SPLIT);
+        unsetenv("HEADROOM_CUDA_DEC_FILL");
+        run_shape(&shapes[i], ATTN_NAIVE);
     }
     TEST_END();
 }
