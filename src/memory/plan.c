@@ -184,12 +184,13 @@ hr_status hr_plan_compute(const hr_model *m, const hr_engine_params *params, hr_
         }
         if (p.device == HR_DEVICE_CPU) { /* quantized weights run on the cpu */
             static const hr_dtype quant[] = {HR_DTYPE_Q8_0, HR_DTYPE_Q4_K, HR_DTYPE_Q4_0};
+            /* the matrices as the plan counts them: mapped, or copied */
+            const uint64_t file_weights =
+                plan.weights_mapped ? plan.weights_mapped : llama_weight_copy_bytes(m);
             for (size_t i = 0; i < sizeof quant / sizeof quant[0]; i++) {
                 uint64_t wb;
                 if (!hr_model_weight_bytes_as(m, quant[i], &wb))
                     continue;
-                const uint64_t file_weights =
-                    plan.weights_mapped ? plan.weights_mapped : llama_weight_copy_bytes(m);
                 uint64_t total = plan.total - file_weights + wb;
                 if (total <= budget) {
                     plan.fit_weights = quant[i];

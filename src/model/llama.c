@@ -195,7 +195,6 @@ fail:
 
 typedef struct {
     sizes_device d;
-    bool copy; /* cpu: the matrices are copied (be_params.weight_copy_bytes) */
     uint64_t weights;
     int64_t max_k;
 } plan_ctx;
@@ -206,8 +205,6 @@ static hr_status plan_weight(void *ctx, const weight_spec *w) {
                                             ? w->biases
                                             : NULL;
     p->weights += sizes_weight(p->d, w->parts, biases, w->n_parts);
-    if (p->copy)
-        p->weights += sizes_weight_copy(w->parts, w->n_parts);
     p->max_k = w->parts[0]->ne[0] > p->max_k ? w->parts[0]->ne[0] : p->max_k;
     return HR_OK;
 }
@@ -237,14 +234,16 @@ uint64_t llama_weight_copy_bytes(const hr_model *m) {
 void llama_plan(const hr_model *m, sizes_device d, const be_params *bp, const be_config *cfg,
                 be_memory *out) {
     const hr_model_info *in = &m->info;
-    plan_ctx pc = {.d = d, .copy = d == SIZES_CPU && bp->weight_copy_bytes > 0};
+    plan_ctx pc = {.d = d};
     each_weight(m, NULL, plan_weight, plan_vector, &pc); /* the callbacks never fail */
     tensor_spec ts[9];
     int n_ts = tensor_specs(in, cfg, NULL, ts);
     uint64_t act = 0;
     for (int i = 0; i < n_ts; i++)
         act += sizes_tensor(d, ts[i].rows, ts[i].cols, ts[i].narrow);
-    *out = (be_memory){.weights = pc.weights,
+    /* cpu: the weight copy, sized by llama_weight_copy_bytes (engine_config) */
+    const uint64_t copy = d == SIZES_CPU ? bp->weight_copy_bytes : 0;
+    *out = (be_memory){.weights = pc.weights + copy,
                        .kv = sizes_kv(d, in, cfg),
                        .activations = act,
                        .workspace = sizes_workspace(d, bp, in, cfg, pc.max_k)};

@@ -669,8 +669,6 @@ static void cuda_rope_kv_store(hr_backend *b, int32_t layer, be_tensor *qkv,
     op_error(c, "rope_kv_store");
 }
 
-
-
 /* Flash-decoding splits of this step. The grid is n_splits x decode rows x
  * kv heads whatever the contexts (graph capture), and a split that a short
  * context leaves empty still costs its block a launch; a split also costs
