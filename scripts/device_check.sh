@@ -10,7 +10,9 @@
 #   for prefills of 512 and 2048 and a batch of 64, eager steps, from
 #   HEADROOM_CUDA_PROFILE; ablate: batch-1 decode again without programmatic
 #   dependent launch, 64 sequences and the 32k context with every decode step
-#   at all flash-decoding splits; compiled: transformers with static cache + torch.compile)
+#   at all flash-decoding splits, batch 1 with 1 and 3 splits; compiled:
+#   transformers with static cache + torch.compile). Bench figures are medians
+#   of --repeat runs, their spread in the JSON.
 set -u
 cd "$(dirname "$0")/.."
 D=$PWD/.dev/device
@@ -37,13 +39,15 @@ fi
 B="$D/headroom bench --device cuda --json"
 if [[ $what == *bench* ]]; then
   echo "== bench llama2-7b matrix"
-  $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 --mem-report \
+  $T 150 $B --synthetic llama2-7b --prompt 128 --gen 256 --mem-report --repeat 3 \
      --dtype bf16,f16 --attn flash,naive --graphs on,off 2>&1 | tee $OUT/bench.jsonl
   for p in 512 2048; do
-    $T 120 $B --synthetic llama2-7b --prompt $p --gen 2 2>&1 | tee -a $OUT/bench.jsonl
+    $T 120 $B --synthetic llama2-7b --prompt $p --gen 2 --repeat 7 2>&1 | tee -a $OUT/bench.jsonl
   done
-  $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 --batch 64 2>&1 | tee -a $OUT/bench.jsonl
-  $T 120 $B --synthetic llama2-7b --prompt 32768 --gen 64 --ctx 32832 2>&1 | tee -a $OUT/bench.jsonl
+  $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 --batch 64 --repeat 3 2>&1 |
+    tee -a $OUT/bench.jsonl
+  $T 120 $B --synthetic llama2-7b --prompt 32768 --gen 64 --ctx 32832 --repeat 2 2>&1 |
+    tee -a $OUT/bench.jsonl
 fi
 if [[ $what == *ablate* ]]; then
   echo "== without programmatic dependent launch"
@@ -54,6 +58,11 @@ if [[ $what == *ablate* ]]; then
     2>&1 | tee -a $OUT/ablate.jsonl
   HEADROOM_CUDA_DEC_FILL=0 $T 120 $B --synthetic llama2-7b --prompt 32768 --gen 64 --ctx 32832 \
     2>&1 | tee -a $OUT/ablate.jsonl
+  echo "== batch 1 with 1 and 3 flash-decoding splits (fill 32, 96 blocks)"
+  for f in 32 96; do
+    HEADROOM_CUDA_DEC_FILL=$f $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 --repeat 3 \
+      2>&1 | tee -a $OUT/ablate.jsonl
+  done
 fi
 if [[ $what == *profile* ]]; then
   echo "== GPU time per op (graphs off)"
@@ -85,7 +94,10 @@ for f in bench ablate; do
 import json, sys
 for l in sys.stdin:
     r = json.loads(l)
-    print("%-5s %-5s %-6s b%-3d p%-6d g%-4d ttft %8.2f ms  prefill %9.0f t/s  decode %8.1f t/s" % (
-        r["dtype"], r["attn"], r["graphs"], r["batch"], r["prompt"], r["gen"], r["ttft_ms"],
-        r["prefill_tok_s"], r["decode_tok_s"]))'
+    pr, dr = r.get("prefill_tok_s_range", [0, 0]), r.get("decode_tok_s_range", [0, 0])
+    print("%-5s %-5s %-6s b%-3d p%-6d g%-4d x%-2d ttft %7.2f ms  prefill %7.0f t/s (%.0f-%.0f)"
+          "  decode %7.1f t/s (%.1f-%.1f)" % (
+        r["dtype"], r["attn"], r["graphs"], r["batch"], r["prompt"], r["gen"],
+        r.get("repeat", 1), r["ttft_ms"], r["prefill_tok_s"], pr[0], pr[1],
+        r["decode_tok_s"], dr[0], dr[1]))'
 done

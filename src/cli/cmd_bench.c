@@ -8,8 +8,11 @@
  * `--gen` tokens (end-of-sequence ignored). TTFT is from submission to the
  * first new token of the first request; prefill rate is prompt tokens over
  * the time until every request has its first token; decode rate is the
- * tokens generated after that over the time they took. --json prints the
- * same as one JSON object on the last line (the bench/results/ format).
+ * tokens generated after that over the time they took. With --repeat N the
+ * measured batch runs N times (new random prompts each time) and each
+ * figure is the median of its N values, with the slowest and fastest
+ * rates beside it in the JSON. --json prints the same as one JSON object
+ * on the last line (the bench/results/ format).
  */
 #include "cli/cli.h"
 #include "util/error.h"
@@ -27,6 +30,7 @@ static void help(FILE *f) {
                "  --prompt N     prompt tokens per request (default 128)\n"
                "  --gen N        new tokens per request (default 128)\n"
                "  --batch N      requests decoded together (default 1)\n"
+               "  --repeat N     measure N times, report the medians (default 1)\n"
                "  --json         also print one JSON object per configuration\n"
                "  --dtype LIST   cuda: bf16, f16 or bf16,f16 (one row each)\n"
                "  --attn LIST    cuda: flash, naive or flash,naive\n"
@@ -121,6 +125,22 @@ done:
     return s;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median, minimum and maximum of v[0..n-1] (n >= 1; v is sorted). */
+typedef struct {
+    double median, min, max;
+} spread;
+
+static spread spread_of(double *v, int64_t n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    double med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return (spread){med, v[0], v[n - 1]};
+}
+
 /* Parses "a,b" into up to 2 choices, each one of names[]; values[] gets the
  * index of each. */
 static int parse_list(const char *opt, const char *v, const char *const *names, int n_names,
@@ -147,7 +167,7 @@ int cmd_bench(int argc, char **argv) {
     cli_engine_opts o;
     cli_engine_opts_init(&o);
     o.dtype_list = true;
-    int64_t prompt = 128, gen = 128, batch = 1;
+    int64_t prompt = 128, gen = 128, batch = 1, repeat = 1;
     bool json = false;
     static const char *const dtypes[] = {"bf16", "f16"}, *const attns[] = {"flash", "naive"},
                              *const onoff[] = {"on", "off"};
@@ -171,6 +191,9 @@ int cmd_bench(int argc, char **argv) {
                 return 1;
         } else if (strcmp(argv[i], "--batch") == 0) {
             if (!cli_int(argc, argv, &i, 1, 4096, &batch))
+                return 1;
+        } else if (strcmp(argv[i], "--repeat") == 0) {
+            if (!cli_int(argc, argv, &i, 1, 100, &repeat))
                 return 1;
         } else if (strcmp(argv[i], "--dtype") == 0) {
             if (!cli_value(argc, argv, &i, &v) || (n_dt = parse_list("--dtype", v, dtypes, 2,
@@ -251,15 +274,32 @@ int cmd_bench(int argc, char **argv) {
                     cli_memory_report(e, "after load");
                 /* warm-up at the measured shapes: kernels load, cuBLASLt picks its
                  * algorithms and graphs are captured before the clock runs */
-                bench_result warm, res;
+                bench_result warm;
                 if (run_batch(e, in.n_vocab, (int32_t)batch, (int32_t)prompt, 4, 7, &warm,
-                              &err) != HR_OK ||
-                    run_batch(e, in.n_vocab, (int32_t)batch, (int32_t)prompt, (int32_t)gen, 42,
-                              &res, &err) != HR_OK) {
+                              &err) != HR_OK) {
                     cli_error("bench: %s", err.msg);
                     hr_engine_free(e);
                     goto done;
                 }
+                double ttft_v[100], prefill_v[100], decode_v[100];
+                for (int64_t r = 0; r < repeat; r++) {
+                    bench_result res;
+                    if (run_batch(e, in.n_vocab, (int32_t)batch, (int32_t)prompt, (int32_t)gen,
+                                  42 + (uint64_t)r, &res, &err) != HR_OK) {
+                        cli_error("bench: %s", err.msg);
+                        hr_engine_free(e);
+                        goto done;
+                    }
+                    ttft_v[r] = res.ttft_ms;
+                    prefill_v[r] = res.prefill_ms > 0
+                                       ? (double)res.n_prompt * 1e3 / res.prefill_ms
+                                       : 0;
+                    decode_v[r] = res.decode_ms > 0 ? (double)res.n_decode * 1e3 / res.decode_ms
+                                                    : 0;
+                }
+                const spread ttft = spread_of(ttft_v, repeat);
+                const spread prefill = spread_of(prefill_v, repeat);
+                const spread decode = spread_of(decode_v, repeat);
                 hr_memory_report mr;
                 hr_engine_memory(e, &mr);
                 uint64_t peak;
@@ -270,15 +310,12 @@ int cmd_bench(int argc, char **argv) {
                     getrusage(RUSAGE_SELF, &ru);
                     peak = (uint64_t)ru.ru_maxrss * 1024u;
                 }
-                double prefill = res.prefill_ms > 0 ? (double)res.n_prompt * 1e3 / res.prefill_ms
-                                                    : 0;
-                double decode = res.decode_ms > 0 ? (double)res.n_decode * 1e3 / res.decode_ms : 0;
                 const char *dname = cuda ? dtypes[dt_v[a]] : "f32";
                 const char *aname = cuda ? attns[attn_v[b]] : "-";
                 const char *gname = cuda ? onoff[graph_v[g]] : "-";
                 printf("%-6s %-5s %-6s %-6s | %9.2f %12.1f %12.2f %10s\n",
-                       hr_engine_device_name(e), dname, aname, gname, res.ttft_ms, prefill,
-                       decode, cli_bytes(peak, b1, sizeof b1));
+                       hr_engine_device_name(e), dname, aname, gname, ttft.median,
+                       prefill.median, decode.median, cli_bytes(peak, b1, sizeof b1));
                 if (o.mem_report)
                     cli_memory_report(e, "after generation");
                 if (json)
@@ -287,12 +324,15 @@ int cmd_bench(int argc, char **argv) {
                            "\"dtype\": \"%s\", \"attn\": \"%s\", \"graphs\": \"%s\", "
                            "\"batch\": %lld, \"prompt\": %lld, \"gen\": %lld, \"threads\": %d, "
                            "\"ttft_ms\": %.3f, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.3f, "
+                           "\"repeat\": %lld, \"prefill_tok_s_range\": [%.2f, %.2f], "
+                           "\"decode_tok_s_range\": [%.3f, %.3f], "
                            "\"peak_bytes\": %llu, \"load_gb_s\": %.3f}\n",
                            HR_BUILD_COMMIT[0] ? HR_BUILD_COMMIT : "unknown", date,
                            hr_engine_device_desc(e),
                            hr_engine_device_name(e), shape, hr_dtype_name(wt), dname, aname,
                            gname, (long long)batch, (long long)prompt, (long long)gen,
-                           o.ep.n_threads, res.ttft_ms, prefill, decode,
+                           o.ep.n_threads, ttft.median, prefill.median, decode.median,
+                           (long long)repeat, prefill.min, prefill.max, decode.min, decode.max,
                            (unsigned long long)peak,
                            mr.upload_seconds > 0 ? (double)mr.upload_bytes / 1e9 /
                                                        mr.upload_seconds

@@ -117,13 +117,13 @@ __device__ __forceinline__ void pdl_release() {
  * dependent of the previous kernel unless ck_set_pdl(0). The kernel must
  * call pdl_wait() before its first dependent access. */
 template <typename... Params, typename... Args>
-static inline void ck_launch(cudaStream_t s, unsigned grid, unsigned block, size_t smem,
+static inline void ck_launch(cudaStream_t s, dim3 grid, unsigned block, size_t smem,
                              void (*kernel)(Params...), Args... args) {
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = ck_pdl_on();
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid);
+    cfg.gridDim = grid;
     cfg.blockDim = dim3(block);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;

@@ -49,6 +49,19 @@
  * split of the rows over the SMs turns any SM's late start into the
  * kernel's tail, where this grid's blocks go to whichever SM is free.
  *
+ * Nor by asking L2 ahead for the next weight's first bytes while the small
+ * kernels between two GEMVs leave HBM idle (a kernel of one warp per SM
+ * handing slices to cp.async.bulk.prefetch.L2 right after each GEMV; 2026-
+ * 11-30, batch-1 decode, tok/s, MB asked per weight: 0 233.0-233.7, 8
+ * 225.4, 16 218.1, 32 202.6, 64 186.7). Not measured, the likely cause:
+ * the prefetched lines leave L2 before the GEMV reaches them, so those
+ * bytes cross HBM twice. Nor by split-K for the short weights (KS warps
+ * per row pair, partial sums added in shared memory; 2026-11-30, n = 1,
+ * us single / back to back, KS = 1 / 2 / 4: 4096x4096 13.70 / 10.96, 13.66
+ * / 12.14, 15.04 / 12.22; 4096x11008 27.2 / 24.9, 25.4 / 26.7, 28.4 /
+ * 25.7): more warps in flight do not shorten a launch whose cost is its
+ * ramp and drain.
+ *
  * The aligned path needs K % 8 == 0, W, x 16-byte aligned and ldx % 8 == 0;
  * otherwise the same kernel runs with 2-byte loads (slow, but correct for any
  * K and alignment). n > 8 is split into launches of 8 rows.
