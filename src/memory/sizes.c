@@ -117,7 +117,6 @@ uint64_t sizes_workspace(sizes_device d, const be_params *p, const hr_model_info
             att = naive > att ? naive : att;
         }
         return SIZES_CUDA_GEMM_WORKSPACE + sizes_align((uint64_t)att * 4, A) +
-               sizes_align((uint64_t)cfg->n_seq_max * (uint64_t)in->n_head * 4, A) +
                sizes_align((uint64_t)(in->head_dim / 2) * 4, A) +
                sizes_align(sizes_cuda_meta_ints(cfg) * 4, A) +
                sizes_align((uint64_t)cfg->max_out * SIZES_CUDA_SAMPLE_PARAM, A) +

@@ -397,10 +397,6 @@ static int run_case(const case_spec *c, void *flush, size_t flush_bytes) {
         std::max(ck_attention_work_floats((int)hc.dec_rows.size(), H, Dh, n_splits, 0),
                  ck_attention_work_floats(hc.n_rows, H, Dh, 0, hc.max_blocks * c->BS));
     CUDA_OK(cudaMalloc((void **)&d_work, (size_t)work_floats * sizeof(float)));
-    int *d_done = NULL; /* the decode kernel's split counters: zeros */
-    const size_t done_bytes = (hc.dec_rows.size() + 1) * (size_t)H * sizeof(int);
-    CUDA_OK(cudaMalloc((void **)&d_done, done_bytes));
-    CUDA_OK(cudaMemset(d_done, 0, done_bytes));
 
     ck_attn_args a;
     memset(&a, 0, sizeof a);
@@ -426,7 +422,6 @@ static int run_case(const case_spec *c, void *flush, size_t flush_bytes) {
     a.n_splits = n_splits;
     a.split_len = split_len;
     a.work = d_work;
-    a.dec_done = d_done;
     a.tile_row0 = d_t0;
     a.tile_n = d_tn;
     a.n_tiles = c->path == PATH_FLASH ? (int)hc.tile_row0.size() : 0;
@@ -539,7 +534,6 @@ static int run_case(const case_spec *c, void *flush, size_t flush_bytes) {
     cudaFree(d_out);
     cudaFree(d_qkv);
     cudaFree(d_work);
-    cudaFree(d_done);
     return fail;
 }
 

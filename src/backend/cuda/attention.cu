@@ -22,19 +22,24 @@
  * padded by 16 bytes so the 32 lanes' rows fall in different banks), an
  * online softmax per head updates (m, l), and lanes switch to owning output
  * dimension pairs for O += P V. No shuffles in the inner loops. The block
- * merges its warps and writes (o[Dh], m, l) per head and split to work,
- * then counts itself done in dec_done (per row and head batch): the block
- * that counts last merges the splits and writes the output (combine_head),
- * and zeroes the counter for the next step. With one split (a step of many
- * rows, whose blocks fill the GPU without splitting) the block writes the
- * output itself. The grid does not depend on the contexts (graph capture):
- * each block reads row_pos, sizes the splits from it (context / n_splits,
- * at least split_len, so every split of a long context is busy) and exits
- * when its split is empty; empty splits write nothing and do not count, and
- * the merge reads the splits_used non-empty ones. The kernel starts as a
- * programmatic dependent (common.cuh) like the GEMVs around it. The merge
- * was a second kernel before (one block per row and head, 8 warps); as the
- * decode kernel's last block it saves that launch in every layer.
+ * merges its warps and writes (o[Dh], m, l) per head and split to work; the
+ * combine kernel merges the splits per (row, head). With one split (a step
+ * of many rows, whose blocks fill the GPU without splitting) the block
+ * writes the output itself and no combine runs. The grid does not depend
+ * on the contexts (graph capture): each block reads row_pos, sizes the
+ * splits from it (context / n_splits, at least split_len, so every split of
+ * a long context is busy) and exits when its split is empty; empty splits
+ * write nothing, and the combine skips them by the same rule. Both start
+ * as programmatic dependents (common.cuh) like the GEMVs around them; no
+ * change measured at batch 1 (233.0-233.7 tok/s, 233.2-234.5 before; H200,
+ * 2026-11-30). Rejected: merging the splits in the decode kernel's last
+ * block instead (each block counts itself done with an atomic after a
+ * fence; the last one merges its heads, zeroes the counter): one launch
+ * less a layer, but one 4-warp block merges what 8-warp blocks per head did
+ * in parallel (commit 3ea041d, H200, 2026-11-30, tests/cuda/attention_check
+ * 32k decode, us, combine kernel / last block: Llama-2-7B 164.8 / 173.3,
+ * Llama-3-8B 75.4 / 87.0, 64:8 103.0 / 134.5; batch-1 decode 232.8 / 228.9
+ * tok/s, 32k context 114.3 / 109.5).
  *
  * Prefill: one block per (query tile, query head), 4 warps, 2 blocks per
  * SM; one template, two kernels, picked per step by its tile rows
@@ -213,7 +218,7 @@ __device__ __forceinline__ int64_t kv_row(const ck_attn_args &a, const int32_t *
  * keep every block of the fixed grid busy, short ones use few splits, and no
  * position is left out whatever n_splits * split_len is. Split sp holds
  * positions [sp len, min((sp + 1) len, pos + 1)); the first splits_used are
- * non-empty. The splits and their merge both use these definitions. */
+ * non-empty. Decode and combine both use these definitions. */
 __device__ __forceinline__ int64_t split_len_of(const ck_attn_args &a, int pos) {
     const int64_t n_ctx = (int64_t)pos + 1;
     int64_t len = max((int64_t)max(a.split_len, 1), (n_ctx + a.n_splits - 1) / a.n_splits);
@@ -238,57 +243,6 @@ static constexpr size_t decode_smem_bytes() {
            + (size_t)GB * DH * sizeof(float)                        /* q */
            + (size_t)DEC_WARPS * GB * DEC_CHUNK * sizeof(float)     /* p */
            + (size_t)DEC_WARPS * DEC_CHUNK * sizeof(int64_t);       /* row offsets */
-}
-
-/* out row dec_rows[di], head h = merge of the non-empty splits' partials:
- * M = max m_s, then o = sum exp2(m_s - M) o_s / sum exp2(m_s - M) l_s.
- * Run by the whole block that finished the row's last split (see the
- * decode kernel). Warps take splits in turn (several loads in flight per
- * lane rather than one dependent load per split), lanes take dimensions
- * d = lane + 32 i. The partials come from other blocks: read from L2
- * (ld.cg), never from this SM's L1. scratch: 32 + W (129) floats. */
-template <typename T, int W>
-__device__ void combine_head(const ck_attn_args &a, int di, int h, int n_used, float *scratch) {
-    float *red_s = scratch, *o_s = scratch + 32, *l_s = o_s + W * 128; /* [W][128], [W] */
-    const int Dh = a.Dh, part = Dh + 2;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const float *w = a.work + ((int64_t)di * a.H + h) * a.n_splits * part;
-
-    float M = -INFINITY;
-    for (int sp = tid; sp < n_used; sp += W * 32)
-        M = fmaxf(M, __ldcg(&w[(int64_t)sp * part + Dh]));
-    M = block_max(M, red_s);
-
-    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f}, L = 0.0f;
-#pragma unroll 4
-    for (int sp = warp; sp < n_used; sp += W) {
-        const float *ws = w + (int64_t)sp * part;
-        const float f = exp2f(__ldcg(&ws[Dh]) - M); /* the same in every lane */
-        L += f * __ldcg(&ws[Dh + 1]);
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            if (lane + 32 * i < Dh)
-                o[i] += f * __ldcg(&ws[lane + 32 * i]);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        if (lane + 32 * i < Dh)
-            o_s[warp * 128 + lane + 32 * i] = o[i];
-    if (lane == 0)
-        l_s[warp] = L;
-    __syncthreads();
-
-    T *out = static_cast<T *>(a.out) + (int64_t)a.dec_rows[di] * a.ld_out + (int64_t)h * Dh;
-    for (int d = tid; d < Dh; d += blockDim.x) {
-        float od = 0.0f, Lt = 0.0f;
-#pragma unroll
-        for (int k = 0; k < W; k++) {
-            od += o_s[k * 128 + d];
-            Lt += l_s[k];
-        }
-        ck_from_f32(&out[d], Lt > 0.0f ? od / Lt : 0.0f);
-    }
-    __syncthreads(); /* scratch is reused by the next head */
 }
 
 /* 3 blocks per SM: what shared memory allows at Dh 128 with GB <= 4 (2 at
@@ -511,27 +465,61 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode_kernel(const ck
         }
         wout[(int64_t)j * a.n_splits * PART + e] = val;
     }
-    /* the block that completes a (row, head batch) last merges its splits
-     * (no combine kernel): each block publishes its partial, then counts
-     * itself; the counter is zeroed again for the next step */
-    __shared__ int last_s;
-    __threadfence();
-    __syncthreads();
-    const int di2 = blockIdx.x / a.n_splits;
-    const int n_used = splits_used(a, a.row_pos[a.dec_rows[di2]]);
-    if (tid == 0) {
-        int *done = a.dec_done + (int64_t)di2 * gridDim.y + blockIdx.y;
-        last_s = atomicAdd(done, 1) == n_used - 1;
-        if (last_s)
-            *done = 0; /* every other split of this step has counted */
+}
+
+/* out row dec_rows[di], head h = merge of the non-empty splits' partials:
+ * M = max m_s, then o = sum exp2(m_s - M) o_s / sum exp2(m_s - M) l_s.
+ * Warps take splits in turn (several loads in flight per lane rather than
+ * one dependent load per split), lanes take dimensions d = lane + 32 i. */
+#define COMB_WARPS 8
+
+template <typename T>
+__global__ void __launch_bounds__(COMB_WARPS * 32) attn_combine_kernel(const ck_attn_args a) {
+    __shared__ float red_s[32];
+    __shared__ float o_s[COMB_WARPS][128]; /* flash head sizes: Dh <= 128 */
+    __shared__ float l_s[COMB_WARPS];
+    pdl_wait();
+    pdl_release();
+    const int di = blockIdx.x, h = blockIdx.y, Dh = a.Dh, part = Dh + 2;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int r = a.dec_rows[di], pos = a.row_pos[r];
+    const int n_used = splits_used(a, pos); /* >= 1 */
+    const float *w = a.work + ((int64_t)di * a.H + h) * a.n_splits * part;
+
+    float M = -INFINITY;
+    for (int sp = tid; sp < n_used; sp += blockDim.x)
+        M = fmaxf(M, w[(int64_t)sp * part + Dh]);
+    M = block_max(M, red_s);
+
+    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f}, L = 0.0f;
+#pragma unroll 4
+    for (int sp = warp; sp < n_used; sp += COMB_WARPS) {
+        const float *ws = w + (int64_t)sp * part;
+        const float f = exp2f(ws[Dh] - M); /* the same in every lane */
+        L += f * ws[Dh + 1];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            if (lane + 32 * i < Dh)
+                o[i] += f * ws[lane + 32 * i];
     }
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        if (lane + 32 * i < Dh)
+            o_s[warp][lane + 32 * i] = o[i];
+    if (lane == 0)
+        l_s[warp] = L;
     __syncthreads();
-    if (!last_s)
-        return;
-    __threadfence();
-    float *scratch = reinterpret_cast<float *>(kv_s); /* the K/V buffers are free */
-    for (int j = 0; j < nh; j++)
-        combine_head<T, DEC_WARPS>(a, di2, h0 + j, n_used, scratch);
+
+    T *out = static_cast<T *>(a.out) + (int64_t)r * a.ld_out + (int64_t)h * Dh;
+    for (int d = tid; d < Dh; d += blockDim.x) {
+        float od = 0.0f, Lt = 0.0f;
+#pragma unroll
+        for (int k = 0; k < COMB_WARPS; k++) {
+            od += o_s[k][d];
+            Lt += l_s[k];
+        }
+        ck_from_f32(&out[d], Lt > 0.0f ? od / Lt : 0.0f);
+    }
 }
 
 template <typename T, int DH, int GB>
@@ -544,6 +532,9 @@ static void decode_launch(cudaStream_t s, const ck_attn_args *a) {
                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     dim3 grid((unsigned)(a->n_splits * a->n_dec), (unsigned)(a->Hkv * n_hb));
     ck_launch(s, grid, DEC_WARPS * 32, smem, attn_decode_kernel<T, DH, GB>, *a);
+    if (a->n_splits > 1) /* one split: the decode kernel wrote the output */
+        ck_launch(s, dim3((unsigned)a->n_dec, (unsigned)a->H), COMB_WARPS * 32, 0,
+                  attn_combine_kernel<T>, *a);
 }
 
 /* GB: the group size rounded up to 1, 2, 4 or 8 (padding heads have q = 0

@@ -97,7 +97,6 @@ typedef struct {
     int n_splits;         /* flash-decoding splits the workspace holds */
     int dec_fill;         /* decode blocks a step aims at (dec_splits) */
     float *att_work;
-    int *dec_done; /* (n_seq_max, H) zeros: ck_attn_args.dec_done */
     /* step metadata: pinned host mirror and device copy, fixed offsets */
     int32_t *h_meta, *d_meta;
     size_t meta_ints;
@@ -466,11 +465,6 @@ static hr_status cuda_kv_alloc(hr_backend *b, const be_config *cfg, hr_error *er
     }
     HR_TRY(dev_alloc(c, (size_t)att * sizeof(float), MEM_WORK, "attention workspace",
                      (void **)&c->att_work, err));
-    /* the decode kernel's split counters start at zero and are left so */
-    const size_t done_bytes = (size_t)cfg->n_seq_max * (size_t)in->n_head * sizeof(int);
-    HR_TRY(dev_alloc(c, done_bytes, MEM_WORK, "attention split counters",
-                     (void **)&c->dec_done, err));
-    HR_CUDA_TRY(cudaMemset(c->dec_done, 0, done_bytes));
     HR_TRY(dev_alloc(c, (size_t)(in->head_dim / 2) * sizeof(float), MEM_WORK, "rope",
                      (void **)&c->inv_freq, err));
     HR_CUDA_TRY(cudaMemcpy(c->inv_freq, cfg->rope_inv_freq,
@@ -717,7 +711,6 @@ static void cuda_attention(hr_backend *b, int32_t layer, be_tensor *out, const b
                       .n_splits = dec_splits(c, in),
                       .split_len = SPLIT_LEN,
                       .work = c->att_work,
-                      .dec_done = c->dec_done,
                       .tile_row0 = meta(c, c->o_trow),
                       .tile_n = meta(c, c->o_tn),
                       .n_tiles = c->n_tiles,

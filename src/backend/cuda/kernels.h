@@ -105,14 +105,11 @@ typedef struct {
     int n_rows, H, Hkv, Dh, BS;
     float scale;               /* 1 / sqrt(Dh) */
     /* decode (flash-decoding): rows listed in dec_rows, each split into
-     * n_splits chunks of split_len positions, partials in work, merged by
-     * the block that finishes a row's last split */
+     * n_splits chunks of split_len positions, partials in work, then combined */
     const int32_t *dec_rows;   /* (n_dec) */
     int n_dec;
     int n_splits, split_len;   /* n_splits * split_len >= the longest context */
     float *work;               /* (n_dec, H, n_splits, Dh + 2) f32 */
-    int *dec_done;             /* (n_dec, H) splits counted done: zeros before the
-                                  first launch, zeros again after each */
     /* prefill (flash attention): query tiles of up to tile_rows rows of one
      * segment; tile t covers rows tile_row0[t] .. + tile_n[t] - 1, all of one
      * sequence, consecutive positions. tile_rows (CK_ATT_TILE or
