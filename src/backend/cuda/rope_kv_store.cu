@@ -24,11 +24,14 @@
  * size allows) with 8- or 16-byte loads and stores instead of 2-byte ones;
  * not timed on its own: whole prefills of 512 ran 46.8-47.1k tok/s after,
  * 46.3-46.7k before, those of 2048 43.4-45.2k after, 44.3-45.8k before,
- * within the spread between device calls (H200, 2026-11-30).
+ * within the spread between device calls (H200, 2026-11-30). At P = 4 the
+ * four heads a round held ~128 registers, 2 blocks an SM; two heads a round
+ * under a 4-block bound (64 registers) took a 2048-row step of Llama-2-7B
+ * from 50.9 to 37.9 us (ILP / blocks an SM: 4 / 2 50.9, 2 / 3 42.3, 4 / 3
+ * with spills 45.9; P = 2, 4 / 4 54.3; HEADROOM_CUDA_PROFILE, one device
+ * call, H200, 2026-11-30).
  */
 #include "backend/cuda/common.cuh"
-
-#define ROPE_ILP 4
 
 /* N consecutive 16-bit elements as one load or store */
 template <int N> struct ck_vec;
@@ -93,11 +96,20 @@ __device__ __forceinline__ void store_pairs(T *x, int t, int half, const float y
     }
 }
 
+/* ILP heads per round of loads. At P = 4 a round of 4 heads held ~128
+ * registers (2 blocks an SM); 2 heads in at most 64 registers give 4 (the
+ * gptj pairing needs a few more: 3 blocks, 80 registers, without spills) */
+template <int P, bool NEOX> struct rope_cfg {
+    static constexpr int ilp = P == 4 ? 2 : 4;
+    static constexpr int min_blocks = P == 4 ? (NEOX ? 4 : 3) : 1;
+};
+
 template <typename T, int P, bool NEOX>
-__global__ void rope_kv_store_kernel(T *qkv, int64_t ld, T *k_pool, T *v_pool,
-                                     const int32_t *pos, const int32_t *slot,
-                                     const float *inv_freq, int H, int Hkv, int Dh, int BS,
-                                     int head_blocks) {
+__global__ void __launch_bounds__(256, rope_cfg<P, NEOX>::min_blocks)
+    rope_kv_store_kernel(T *qkv, int64_t ld, T *k_pool, T *v_pool, const int32_t *pos,
+                         const int32_t *slot, const float *inv_freq, int H, int Hkv, int Dh,
+                         int BS, int head_blocks) {
+    constexpr int ROPE_ILP = rope_cfg<P, NEOX>::ilp;
     pdl_wait();
     pdl_release();
     const int half = Dh / 2, per_head = half / P; /* threads of one head */
