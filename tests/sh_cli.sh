@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ctest-label: e2e
-# The command line as a person uses it: help, tokenize, inspect, and every
-# corrupt file of tests/fixtures/corrupt/ refused with exit status 1, a
-# message naming the file, and no crash.
+# The command line as a person uses it: help, tokenize, inspect, bench's
+# repeated measurement, and every corrupt file of tests/fixtures/corrupt/
+# refused with exit status 1, a message naming the file, and no crash.
 #   tests/sh_cli.sh PATH_TO_HEADROOM BUILD_DIR
 set -u
 hr=$1
@@ -58,6 +58,24 @@ done
 # a missing file
 "$hr" inspect -m /nonexistent/model.gguf > /dev/null 2> "$tmp/err.txt"
 [ $? -eq 1 ] && grep -q "/nonexistent/model.gguf" "$tmp/err.txt" && ok || bad "missing file"
+
+# bench --repeat: the medians sit inside the reported ranges; --repeat 0 is refused
+"$hr" bench -m tests/fixtures/models/llama-gqa --prompt 8 --gen 4 --repeat 3 --json \
+  > "$tmp/bench.txt" 2>&1
+line=$(tail -n 1 "$tmp/bench.txt")
+inside() { # field range-field: lo <= value <= hi
+  local v lo hi
+  v=$(printf '%s' "$line" | sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p")
+  lo=$(printf '%s' "$line" | sed -n "s/.*\"$2\": \[\([0-9.]*\), \([0-9.]*\)\].*/\1/p")
+  hi=$(printf '%s' "$line" | sed -n "s/.*\"$2\": \[\([0-9.]*\), \([0-9.]*\)\].*/\2/p")
+  [ -n "$v" ] && [ -n "$lo" ] && awk -v v="$v" -v lo="$lo" -v hi="$hi" \
+    'BEGIN { exit !(lo <= v && v <= hi && lo > 0) }'
+}
+if printf '%s' "$line" | grep -q '"repeat": 3,' && inside prefill_tok_s prefill_tok_s_range \
+   && inside decode_tok_s decode_tok_s_range; then ok
+else bad "bench --repeat 3: $line"; fi
+"$hr" bench -m tests/fixtures/models/llama-gqa --repeat 0 > /dev/null 2>&1
+[ $? -eq 1 ] && ok || bad "bench --repeat 0 exit status"
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
