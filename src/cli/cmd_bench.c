@@ -125,12 +125,14 @@ done:
     return s;
 }
 
+#define BENCH_MAX_REPEAT 100 /* --repeat's bound: the figures' arrays */
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-/* Median, minimum and maximum of v[0..n-1] (n >= 1; v is sorted). */
+/* Median, minimum and maximum of v[0..n-1] (n >= 1); sorts v. */
 typedef struct {
     double median, min, max;
 } spread;
@@ -193,7 +195,7 @@ int cmd_bench(int argc, char **argv) {
             if (!cli_int(argc, argv, &i, 1, 4096, &batch))
                 return 1;
         } else if (strcmp(argv[i], "--repeat") == 0) {
-            if (!cli_int(argc, argv, &i, 1, 100, &repeat))
+            if (!cli_int(argc, argv, &i, 1, BENCH_MAX_REPEAT, &repeat))
                 return 1;
         } else if (strcmp(argv[i], "--dtype") == 0) {
             if (!cli_value(argc, argv, &i, &v) || (n_dt = parse_list("--dtype", v, dtypes, 2,
@@ -281,7 +283,8 @@ int cmd_bench(int argc, char **argv) {
                     hr_engine_free(e);
                     goto done;
                 }
-                double ttft_v[100], prefill_v[100], decode_v[100];
+                double ttft_v[BENCH_MAX_REPEAT], prefill_v[BENCH_MAX_REPEAT],
+                    decode_v[BENCH_MAX_REPEAT];
                 for (int64_t r = 0; r < repeat; r++) {
                     bench_result res;
                     if (run_batch(e, in.n_vocab, (int32_t)batch, (int32_t)prompt, (int32_t)gen,

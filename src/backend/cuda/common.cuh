@@ -22,6 +22,33 @@ __device__ __forceinline__ void ck_from_f32(__half *p, float v) { *p = __float2h
 __device__ __forceinline__ float ck_to_f32(float v) { return v; }
 __device__ __forceinline__ void ck_from_f32(float *p, float v) { *p = v; }
 
+/* N consecutive 16-bit elements (1, 2, 4 or 8) as one load or store of
+ * 2N bytes (p aligned to it), as N floats */
+template <int N> struct ck_vec;
+template <> struct ck_vec<1> { typedef uint16_t type; };
+template <> struct ck_vec<2> { typedef uint32_t type; };
+template <> struct ck_vec<4> { typedef uint2 type; };
+template <> struct ck_vec<8> { typedef uint4 type; };
+
+template <typename T, int N> __device__ __forceinline__ void ck_load_n(const T *p, float f[N]) {
+    const typename ck_vec<N>::type v = *reinterpret_cast<const typename ck_vec<N>::type *>(p);
+    T h[N];
+    memcpy(h, &v, sizeof v);
+#pragma unroll
+    for (int e = 0; e < N; e++)
+        f[e] = ck_to_f32(h[e]);
+}
+
+template <typename T, int N> __device__ __forceinline__ void ck_store_n(T *p, const float f[N]) {
+    T h[N];
+#pragma unroll
+    for (int e = 0; e < N; e++)
+        ck_from_f32(&h[e], f[e]);
+    typename ck_vec<N>::type v;
+    memcpy(&v, h, sizeof v);
+    *reinterpret_cast<typename ck_vec<N>::type *>(p) = v;
+}
+
 /* Four floats rounded to ck and stored with one 8-byte store (p 8-byte
  * aligned): the vectorised row kernels' output. */
 template <typename T> __device__ __forceinline__ void ck_store4(T *p, float4 v) {

@@ -70,19 +70,13 @@ __global__ void swiglu8_kernel(T *h, int64_t ldh, const T *gu, int64_t ldgu, int
     if (c >= F)
         return;
     const T *gr = gu + r * ldgu;
-    const uint4 gv = *reinterpret_cast<const uint4 *>(gr + c);
-    const uint4 uv = *reinterpret_cast<const uint4 *>(gr + F + c);
-    T g[8], u[8], o[8];
-    memcpy(g, &gv, sizeof gv);
-    memcpy(u, &uv, sizeof uv);
+    float g[8], u[8], o[8];
+    ck_load_n<T, 8>(gr + c, g);
+    ck_load_n<T, 8>(gr + F + c, u);
 #pragma unroll
-    for (int e = 0; e < 8; e++) {
-        const float gf = ck_to_f32(g[e]);
-        ck_from_f32(&o[e], gf / (1.0f + __expf(-gf)) * ck_to_f32(u[e]));
-    }
-    uint4 ov;
-    memcpy(&ov, o, sizeof ov);
-    *reinterpret_cast<uint4 *>(h + r * ldh + c) = ov;
+    for (int e = 0; e < 8; e++)
+        o[e] = g[e] / (1.0f + __expf(-g[e])) * u[e];
+    ck_store_n<T, 8>(h + r * ldh + c, o);
 }
 
 extern "C" void ck_swiglu(cudaStream_t s, void *h, int64_t ldh, ck_dtype dt, const void *gu,

@@ -33,32 +33,6 @@
  */
 #include "backend/cuda/common.cuh"
 
-/* N consecutive 16-bit elements as one load or store */
-template <int N> struct ck_vec;
-template <> struct ck_vec<1> { typedef uint16_t type; };
-template <> struct ck_vec<2> { typedef uint32_t type; };
-template <> struct ck_vec<4> { typedef uint2 type; };
-template <> struct ck_vec<8> { typedef uint4 type; };
-
-template <typename T, int N> __device__ __forceinline__ void load_n(const T *p, float f[N]) {
-    const typename ck_vec<N>::type v = *reinterpret_cast<const typename ck_vec<N>::type *>(p);
-    T h[N];
-    memcpy(h, &v, sizeof v);
-#pragma unroll
-    for (int e = 0; e < N; e++)
-        f[e] = ck_to_f32(h[e]);
-}
-
-template <typename T, int N> __device__ __forceinline__ void store_n(T *p, const float f[N]) {
-    T h[N];
-#pragma unroll
-    for (int e = 0; e < N; e++)
-        ck_from_f32(&h[e], f[e]);
-    typename ck_vec<N>::type v;
-    memcpy(&v, h, sizeof v);
-    *reinterpret_cast<typename ck_vec<N>::type *>(p) = v;
-}
-
 /* Pairs P t .. P t + P - 1 of a head: NEOX, elements [P t, + P) and
  * [half + P t, + P) (two loads of P); else elements [2 P t, + 2 P) (one
  * load of 2 P), pair e at (2e, 2e + 1). */
@@ -66,11 +40,11 @@ template <typename T, int P, bool NEOX>
 __device__ __forceinline__ void load_pairs(const T *x, int t, int half, float x0[P],
                                            float x1[P]) {
     if (NEOX) {
-        load_n<T, P>(x + P * t, x0);
-        load_n<T, P>(x + half + P * t, x1);
+        ck_load_n<T, P>(x + P * t, x0);
+        ck_load_n<T, P>(x + half + P * t, x1);
     } else {
         float f[2 * P];
-        load_n<T, 2 * P>(x + 2 * P * t, f);
+        ck_load_n<T, 2 * P>(x + 2 * P * t, f);
 #pragma unroll
         for (int e = 0; e < P; e++) {
             x0[e] = f[2 * e];
@@ -83,8 +57,8 @@ template <typename T, int P, bool NEOX>
 __device__ __forceinline__ void store_pairs(T *x, int t, int half, const float y0[P],
                                             const float y1[P]) {
     if (NEOX) {
-        store_n<T, P>(x + P * t, y0);
-        store_n<T, P>(x + half + P * t, y1);
+        ck_store_n<T, P>(x + P * t, y0);
+        ck_store_n<T, P>(x + half + P * t, y1);
     } else {
         float f[2 * P];
 #pragma unroll
@@ -92,7 +66,7 @@ __device__ __forceinline__ void store_pairs(T *x, int t, int half, const float y
             f[2 * e] = y0[e];
             f[2 * e + 1] = y1[e];
         }
-        store_n<T, 2 * P>(x + 2 * P * t, f);
+        ck_store_n<T, 2 * P>(x + 2 * P * t, f);
     }
 }
 
