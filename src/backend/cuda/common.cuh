@@ -22,16 +22,17 @@ __device__ __forceinline__ void ck_from_f32(__half *p, float v) { *p = __float2h
 __device__ __forceinline__ float ck_to_f32(float v) { return v; }
 __device__ __forceinline__ void ck_from_f32(float *p, float v) { *p = v; }
 
-/* N consecutive 16-bit elements (1, 2, 4 or 8) as one load or store of
- * 2N bytes (p aligned to it), as N floats */
-template <int N> struct ck_vec;
-template <> struct ck_vec<1> { typedef uint16_t type; };
-template <> struct ck_vec<2> { typedef uint32_t type; };
-template <> struct ck_vec<4> { typedef uint2 type; };
-template <> struct ck_vec<8> { typedef uint4 type; };
+/* N consecutive elements of T (ck or f32) as one load or store of
+ * N sizeof(T) bytes (2 to 16; p aligned to it), as N floats */
+template <int BYTES> struct ck_vec;
+template <> struct ck_vec<2> { typedef uint16_t type; };
+template <> struct ck_vec<4> { typedef uint32_t type; };
+template <> struct ck_vec<8> { typedef uint2 type; };
+template <> struct ck_vec<16> { typedef uint4 type; };
 
 template <typename T, int N> __device__ __forceinline__ void ck_load_n(const T *p, float f[N]) {
-    const typename ck_vec<N>::type v = *reinterpret_cast<const typename ck_vec<N>::type *>(p);
+    typedef typename ck_vec<N * sizeof(T)>::type V;
+    const V v = *reinterpret_cast<const V *>(p);
     T h[N];
     memcpy(h, &v, sizeof v);
 #pragma unroll
@@ -40,39 +41,26 @@ template <typename T, int N> __device__ __forceinline__ void ck_load_n(const T *
 }
 
 template <typename T, int N> __device__ __forceinline__ void ck_store_n(T *p, const float f[N]) {
+    typedef typename ck_vec<N * sizeof(T)>::type V;
     T h[N];
 #pragma unroll
     for (int e = 0; e < N; e++)
         ck_from_f32(&h[e], f[e]);
-    typename ck_vec<N>::type v;
+    V v;
     memcpy(&v, h, sizeof v);
-    *reinterpret_cast<typename ck_vec<N>::type *>(p) = v;
+    *reinterpret_cast<V *>(p) = v;
 }
 
-/* Four floats rounded to ck and stored with one 8-byte store (p 8-byte
- * aligned): the vectorised row kernels' output. */
-template <typename T> __device__ __forceinline__ void ck_store4(T *p, float4 v) {
-    T h[4];
-    ck_from_f32(&h[0], v.x);
-    ck_from_f32(&h[1], v.y);
-    ck_from_f32(&h[2], v.z);
-    ck_from_f32(&h[3], v.w);
-    uint2 u;
-    memcpy(&u, h, sizeof u);
-    *reinterpret_cast<uint2 *>(p) = u;
-}
-
-/* Four consecutive elements as f32: one 16-byte load of f32 (p 16-byte
- * aligned), or one 8-byte load of ck (p 8-byte aligned; a narrow tensor). */
-__device__ __forceinline__ float4 ck_load4(const float *p) {
-    return *reinterpret_cast<const float4 *>(p);
-}
-
+/* the same for four elements as a float4 (the row kernels' registers) */
 template <typename T> __device__ __forceinline__ float4 ck_load4(const T *p) {
-    const uint2 u = *reinterpret_cast<const uint2 *>(p);
-    T h[4];
-    memcpy(h, &u, sizeof u);
-    return make_float4(ck_to_f32(h[0]), ck_to_f32(h[1]), ck_to_f32(h[2]), ck_to_f32(h[3]));
+    float f[4];
+    ck_load_n<T, 4>(p, f);
+    return make_float4(f[0], f[1], f[2], f[3]);
+}
+
+template <typename T> __device__ __forceinline__ void ck_store4(T *p, float4 v) {
+    const float f[4] = {v.x, v.y, v.z, v.w};
+    ck_store_n<T, 4>(p, f);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

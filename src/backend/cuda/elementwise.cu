@@ -36,47 +36,28 @@ extern "C" void ck_embed(cudaStream_t s, float *x, int64_t ldx, const void *tabl
                               n, D));
 }
 
-/* Blocks of 256 threads cover one row's F outputs, 4 per thread (16-byte
- * loads: F % 4 == 0, as the backend's multiple-of-8 rows guarantee, and
- * rows 16-byte aligned), 32-bit indices inside the row. */
-/* G: the type of gu (float, or T when the gate/up product is kept narrow) */
-template <typename T, typename G>
+/* Blocks of 256 threads cover one row's F outputs, W consecutive per
+ * thread: W = 8 with 16-byte loads of gate and up and one 16-byte store
+ * (ck gu, F % 8 == 0, rows 16-byte aligned), else W = 4 (F % 4 == 0, as the
+ * backend's multiple-of-8 rows guarantee); 32-bit indices inside the row.
+ * G: the type of gu (float, or T when the gate/up product is kept narrow). */
+template <typename T, typename G, int W>
 __global__ void swiglu_kernel(T *h, int64_t ldh, const G *gu, int64_t ldgu, int F,
                               int row_blocks) {
     pdl_wait();
     pdl_release();
     const int64_t r = blockIdx.x / row_blocks;
-    const int c = ((int)(blockIdx.x % row_blocks) * 256 + (int)threadIdx.x) * 4;
+    const int c = ((int)(blockIdx.x % row_blocks) * 256 + (int)threadIdx.x) * W;
     if (c >= F)
         return;
     const G *gr = gu + r * ldgu;
-    const float4 g = ck_load4(gr + c);
-    const float4 u = ck_load4(gr + F + c);
-    ck_store4(h + r * ldh + c, make_float4(g.x / (1.0f + __expf(-g.x)) * u.x,
-                                           g.y / (1.0f + __expf(-g.y)) * u.y,
-                                           g.z / (1.0f + __expf(-g.z)) * u.z,
-                                           g.w / (1.0f + __expf(-g.w)) * u.w));
-}
-
-/* 8 consecutive elements a thread: 16-byte loads of gate and up, one
- * 16-byte store (F % 8 == 0, rows 16-byte aligned) */
-template <typename T>
-__global__ void swiglu8_kernel(T *h, int64_t ldh, const T *gu, int64_t ldgu, int F,
-                               int row_blocks) {
-    pdl_wait();
-    pdl_release();
-    const int64_t r = blockIdx.x / row_blocks;
-    const int c = ((int)(blockIdx.x % row_blocks) * 256 + (int)threadIdx.x) * 8;
-    if (c >= F)
-        return;
-    const T *gr = gu + r * ldgu;
-    float g[8], u[8], o[8];
-    ck_load_n<T, 8>(gr + c, g);
-    ck_load_n<T, 8>(gr + F + c, u);
+    float g[W], u[W], o[W];
+    ck_load_n<G, W>(gr + c, g);
+    ck_load_n<G, W>(gr + F + c, u);
 #pragma unroll
-    for (int e = 0; e < 8; e++)
+    for (int e = 0; e < W; e++)
         o[e] = g[e] / (1.0f + __expf(-g[e])) * u[e];
-    ck_store_n<T, 8>(h + r * ldh + c, o);
+    ck_store_n<T, W>(h + r * ldh + c, o);
 }
 
 extern "C" void ck_swiglu(cudaStream_t s, void *h, int64_t ldh, ck_dtype dt, const void *gu,
@@ -86,18 +67,19 @@ extern "C" void ck_swiglu(cudaStream_t s, void *h, int64_t ldh, ck_dtype dt, con
     if (gu_ck && F % 8 == 0 && ldgu % 8 == 0 && ldh % 8 == 0 && ((uintptr_t)gu & 15) == 0 &&
         ((uintptr_t)h & 15) == 0) {
         const int rb = (F / 8 + 255) / 256;
-        CK_DISPATCH(dt, ck_launch(s, (unsigned)((int64_t)n * rb), 256, 0, swiglu8_kernel<T>, (T *)h,
-                                  ldh, (const T *)gu, ldgu, F, rb));
+        CK_DISPATCH(dt, ck_launch(s, (unsigned)((int64_t)n * rb), 256, 0,
+                                  swiglu_kernel<T, T, 8>, (T *)h, ldh, (const T *)gu, ldgu, F,
+                                  rb));
         return;
     }
-    const int row_blocks = (F / 4 + 255) / 256;
-    const unsigned grid = (unsigned)((int64_t)n * row_blocks);
+    const int rb = (F / 4 + 255) / 256;
+    const unsigned grid = (unsigned)((int64_t)n * rb);
     if (gu_ck)
-        CK_DISPATCH(dt, ck_launch(s, grid, 256, 0, swiglu_kernel<T, T>, (T *)h, ldh,
-                                  (const T *)gu, ldgu, F, row_blocks));
+        CK_DISPATCH(dt, ck_launch(s, grid, 256, 0, swiglu_kernel<T, T, 4>, (T *)h, ldh,
+                                  (const T *)gu, ldgu, F, rb));
     else
-        CK_DISPATCH(dt, ck_launch(s, grid, 256, 0, swiglu_kernel<T, float>, (T *)h, ldh,
-                                  (const float *)gu, ldgu, F, row_blocks));
+        CK_DISPATCH(dt, ck_launch(s, grid, 256, 0, swiglu_kernel<T, float, 4>, (T *)h, ldh,
+                                  (const float *)gu, ldgu, F, rb));
 }
 
 template <typename T>
