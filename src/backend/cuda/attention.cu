@@ -101,7 +101,15 @@
  * -> 1051.8 us, Llama-3-8B 4096 rows 818.6 -> 649.3 us, Qwen2 (Dh 64) 4096
  * rows 211.8 -> 166.0 us; at 1024 rows wide tiles lose (74.7 -> 82.9 us),
  * as the switch rule predicts. In the engine, Llama-2-7B at 2048 rows:
- * 257 -> 205 us a layer.
+ * 257 -> 205 us a layer. Prefill v4 (four threads per K/V row in the
+ * copies; prefill_copy has the figures): 2048 rows wide 184.8 -> 161.7 us
+ * (186 -> 213 TFLOP/s).
+ * Rejected so far: a wgmma (sm_90a) kernel for Dh 128, one warpgroup per 64
+ * rows, S and P V on wgmma with K, V, Q in shared memory, the same cp.async
+ * ring (branch wgmma-prefill): correct, but 189-224 us at 2048 rows against
+ * 184.8 (then) and 161.7 (now) for mma.sync; with its loop's copies left
+ * out it took 126 us, with its compute left out 138, so the copies and the
+ * synchronous chunk loop (no producer warps, one barrier a chunk) held it.
  */
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
@@ -589,33 +597,40 @@ __device__ __forceinline__ float ex2_ftz(float x) {
     return y;
 }
 
-/* One chunk's K and V rows -> a stage (cp.async; the caller commits). Two
- * threads per row, taking alternate 16-byte pieces: one offset load per
- * thread and immediate offsets for the rest, so nothing of the copy stays
- * live across the compute (the mapping piece = tid + 128 k kept eight
- * addresses per thread). Each load instruction reads 32 contiguous bytes
- * of 16 rows, whole sectors. Rows with offset -1 (past the block's last
- * key) become zeros: their p is 0, and 0 * NaN garbage would spread into O. */
+/* One chunk's K and V rows -> a stage (cp.async; the caller commits). Four
+ * threads per row, 16 bytes each per step, in two passes of 32 rows: one
+ * load instruction reads 64 contiguous bytes of 8 rows (8 cache lines a
+ * warp), and lands conflict-free in the padded rows. The earlier mapping,
+ * two threads per row on alternate pieces (32 bytes of 16 rows: 16 lines a
+ * warp), held the whole kernel at the copy rate (H200, 2026-11-30,
+ * tests/cuda/attention_check.cu, Llama-2-7B, us, before / after: 2048 rows
+ * wide tiles 184.8 / 161.7, narrow 227.4 / 186.9; 512 rows 33.2 / 28.9;
+ * 4096 rows wide 636.4 / 542.5; Qwen2 (Dh 64) 4096 rows 165.2 / 144.2).
+ * Rows with offset -1 (past the block's last key) become zeros: their p is
+ * 0, and 0 * NaN garbage would spread into O. */
 template <typename T, int DH>
 __device__ __forceinline__ void prefill_copy(T *k_dst, T *v_dst, const T *kp, const T *vp,
                                              const int64_t *off) {
     constexpr int NV = DH / 8; /* 16-byte pieces per row */
-    static_assert(PRE_WARPS * 32 == 2 * PRE_KC && NV % 2 == 0, "two threads per row");
-    const int row = (int)threadIdx.x >> 1, c0 = ((int)threadIdx.x & 1) * 8;
-    const int64_t o = off[row];
-    T *dk = k_dst + row * (DH + 8) + c0, *dv = v_dst + row * (DH + 8) + c0;
-    if (o >= 0) {
-        const T *sk = kp + o + c0, *sv = vp + o + c0;
+    static_assert(PRE_WARPS * 32 == 2 * PRE_KC, "four threads per row, two passes");
+    const int q = (int)threadIdx.x & 3;
 #pragma unroll
-        for (int c = 0; c < NV / 2; c++) {
-            cp_async16(dk + 16 * c, sk + 16 * c);
-            cp_async16(dv + 16 * c, sv + 16 * c);
-        }
-    } else {
+    for (int pass = 0; pass < 2; pass++) {
+        const int row = pass * (PRE_KC / 2) + ((int)threadIdx.x >> 2);
+        const int64_t o = off[row];
+        T *dk = k_dst + row * (DH + 8), *dv = v_dst + row * (DH + 8);
 #pragma unroll
-        for (int c = 0; c < NV / 2; c++) {
-            *reinterpret_cast<uint4 *>(dk + 16 * c) = make_uint4(0, 0, 0, 0);
-            *reinterpret_cast<uint4 *>(dv + 16 * c) = make_uint4(0, 0, 0, 0);
+        for (int i = 0; i < (NV + 3) / 4; i++) {
+            const int c = 4 * i + q;
+            if (c < NV) {
+                if (o >= 0) {
+                    cp_async16(dk + 8 * c, kp + o + 8 * c);
+                    cp_async16(dv + 8 * c, vp + o + 8 * c);
+                } else {
+                    *reinterpret_cast<uint4 *>(dk + 8 * c) = make_uint4(0, 0, 0, 0);
+                    *reinterpret_cast<uint4 *>(dv + 8 * c) = make_uint4(0, 0, 0, 0);
+                }
+            }
         }
     }
 }
