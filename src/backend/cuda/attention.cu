@@ -61,8 +61,10 @@
  * 5/8 of the reads (Q's included), 3/4 at Dh 128. O takes 128 registers
  * at Dh 128, so Q's fragments are read from a Q tile in shared memory per k
  * step by ldmatrix, and S is taken 32 keys at a time (Dh 128 only; with 64,
- * ptxas spilled 24-80 bytes whatever the unrolling), which reads Q twice
- * per chunk and rescales O twice (Dh 128: 245 registers, 103 KB). The wide
+ * ptxas spilled 24-80 bytes whatever the unrolling, and once the copies
+ * were fast, 64 keys with 80 bytes of spills took 161.8 us at 2048 rows
+ * against 161.9-162.6: H200, 2026-11-30), which reads Q twice per chunk and
+ * rescales O twice (Dh 128: 245 registers, 103 KB). The wide
  * grid has half the blocks and a heaviest tile twice as long, so a step
  * takes wide tiles only when its longest segment fills about two rounds of
  * the H200's SMs (CK_ATT_WIDE_MIN_BLOCKS). The causal mask runs only on
