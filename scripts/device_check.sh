@@ -8,7 +8,8 @@
 #   scripts/device_check.sh [checks] [bench] [hf] [compiled] [sweep] [profile] [ablate]
 #   (default: checks bench hf sweep; profile: GPU time per op and rows of the step
 #   for prefills of 512 and 2048 and a batch of 64, eager steps, from
-#   HEADROOM_CUDA_PROFILE; ablate: batch-1 decode again without programmatic
+#   HEADROOM_CUDA_PROFILE; ablate: batch-1 decode op by op (no persistent
+#   step), and without programmatic
 #   dependent launch, 64 sequences and the 32k context with every decode step
 #   at all flash-decoding splits, batch 1 with 1 and 3 splits; compiled:
 #   transformers with static cache + torch.compile). Bench figures are medians
@@ -35,6 +36,8 @@ if [[ $what == *checks* ]]; then
   echo "== gemv + sampling";     $T 90 $D/gemv_sample_check  2>&1 | tee $OUT/gemv_sample_check.txt | tail -40
   echo "== backend ops vs cpu";  $T 90 $D/test_backend_ops   2>&1 | tee $OUT/test_backend_ops.txt | tail -80
   echo "== models vs reference"; $T 90 $D/test_cuda_model    2>&1 | tee $OUT/test_cuda_model.txt | tail -30
+  echo "== persistent step vs op by op"
+  $T 150 $D/test_cuda_pstep 2>&1 | tee $OUT/test_cuda_pstep.txt | tail -20
 fi
 B="$D/headroom bench --device cuda --json"
 if [[ $what == *bench* ]]; then
@@ -50,9 +53,12 @@ if [[ $what == *bench* ]]; then
     tee -a $OUT/bench.jsonl
 fi
 if [[ $what == *ablate* ]]; then
+  echo "== batch 1 op by op (no persistent step)"
+  HEADROOM_CUDA_PSTEP=0 $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 --repeat 3 \
+    2>&1 | tee $OUT/ablate.jsonl
   echo "== without programmatic dependent launch"
   HEADROOM_CUDA_PDL=0 $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 \
-    --graphs on,off 2>&1 | tee $OUT/ablate.jsonl
+    --graphs on,off 2>&1 | tee -a $OUT/ablate.jsonl
   echo "== every decode step at all flash-decoding splits"
   HEADROOM_CUDA_DEC_FILL=0 $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 --batch 64 \
     2>&1 | tee -a $OUT/ablate.jsonl

@@ -8,14 +8,14 @@ cd "$(dirname "$0")/.."
 build=build-cuda
 # a shared libheadroom keeps the binaries small: the carried tree is limited
 cmake -S . -B $build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHR_CUDA=ON -DHR_SHARED=ON > /dev/null
-targets=(headroom_cli test_backend_ops test_cuda_model attention_check gemv_sample_check
-         bench_plan_sweep)
+targets=(headroom_cli test_backend_ops test_cuda_model test_cuda_pstep attention_check
+         gemv_sample_check bench_plan_sweep)
 cmake --build $build -j2 --target "${targets[@]}"
 out=.dev/device
 rm -rf $out
 mkdir -p $out/lib
-for t in headroom test_backend_ops test_cuda_model attention_check gemv_sample_check \
-         bench_plan_sweep; do
+for t in headroom test_backend_ops test_cuda_model test_cuda_pstep attention_check \
+         gemv_sample_check bench_plan_sweep; do
   cp $build/bin/$t $out/
   strip $out/$t
 done

@@ -21,6 +21,10 @@ hr_status engine_cuda_backend_create(const hr_model_info *info, const be_params 
                                      hr_backend **out, hr_error *err) {
     return backend_cuda_create(info, p, out, err);
 }
+
+int64_t engine_cuda_pstep_steps(const hr_engine *e) {
+    return e->device == HR_DEVICE_CUDA ? cuda_pstep_steps(e->be) : 0;
+}
 #else
 bool engine_cuda_available(void) { return false; }
 
@@ -43,5 +47,10 @@ hr_status engine_cuda_backend_create(const hr_model_info *info, const be_params 
     (void)p;
     (void)out;
     return hr_err_set(err, HR_ERR_UNSUPPORTED, "%s", engine_cuda_why_not());
+}
+
+int64_t engine_cuda_pstep_steps(const hr_engine *e) {
+    (void)e;
+    return 0;
 }
 #endif

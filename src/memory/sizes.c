@@ -99,6 +99,16 @@ int sizes_cuda_splits(const hr_model_info *in, const be_config *cfg) {
     return splits > 128 ? 128 : splits;
 }
 
+/* embed, first norm, per layer 5 row ops and 4 GEMVs, gather, lm head; a
+ * GEMV of N rows is at most ceil(N / SIZES_CUDA_PSTEP_ROWS) ops (one block) */
+uint64_t sizes_cuda_pstep_ops(const hr_model_info *in) {
+    const int64_t R = SIZES_CUDA_PSTEP_ROWS;
+    const int64_t qkv = (int64_t)(in->n_head + 2 * in->n_head_kv) * in->head_dim;
+    const int64_t per_layer = 5 + (qkv + R - 1) / R + (in->n_embd + R - 1) / R +
+                              (2 * in->n_ff + R - 1) / R + (in->n_embd + R - 1) / R;
+    return (uint64_t)(3 + in->n_layer * per_layer + (in->n_vocab + R - 1) / R);
+}
+
 uint64_t sizes_cuda_meta_ints(const be_config *cfg) {
     return 7u * (uint64_t)cfg->max_rows + (uint64_t)cfg->max_out +
            (uint64_t)cfg->n_seq_max * (uint64_t)cfg->max_blocks_per_seq;
@@ -121,7 +131,9 @@ uint64_t sizes_workspace(sizes_device d, const be_params *p, const hr_model_info
                sizes_align(sizes_cuda_meta_ints(cfg) * 4, A) +
                sizes_align((uint64_t)cfg->max_out * SIZES_CUDA_SAMPLE_PARAM, A) +
                sizes_align((uint64_t)cfg->max_out * 4, A) +
-               sizes_align(ck_sample_work_bytes(cfg->max_out, in->n_vocab), A);
+               sizes_align(ck_sample_work_bytes(cfg->max_out, in->n_vocab), A) +
+               sizes_align(sizes_cuda_pstep_ops(in) * SIZES_CUDA_PSTEP_OP, A) +
+               sizes_align((uint64_t)(1 + in->n_head) * 4, A);
     }
     /* cpu: attention scores per thread, rope tables, row map, matmul scratch */
     int nth = p->n_threads > 0 ? p->n_threads : 1;

@@ -64,6 +64,12 @@ uint64_t sizes_workspace(sizes_device d, const be_params *p, const hr_model_info
 /* Bytes of one ck_sample_params (static_assert in the backend). */
 #define SIZES_CUDA_SAMPLE_PARAM 32u
 
+/* The persistent decode step (backend/cuda/persistent.cu): its program of
+ * at most sizes_cuda_pstep_ops ops of at most SIZES_CUDA_PSTEP_OP bytes, a
+ * GEMV cut into pieces of at most SIZES_CUDA_PSTEP_ROWS rows a block. */
+#define SIZES_CUDA_PSTEP_OP 128u
+#define SIZES_CUDA_PSTEP_ROWS 256
+uint64_t sizes_cuda_pstep_ops(const hr_model_info *in);
 /* Flash-decoding splits for this configuration. */
 int sizes_cuda_splits(const hr_model_info *in, const be_config *cfg);
 /* Whether the flash attention kernels take this head size (else the naive one). */

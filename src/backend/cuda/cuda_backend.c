@@ -53,6 +53,9 @@
  * at a 32k context 64 splits decoded 114.1 tok/s, 128 splits 111.3. */
 #define DEC_FILL_BLOCKS 2048
 
+_Static_assert(sizeof(ck_pstep_op) <= SIZES_CUDA_PSTEP_OP && CK_PSTEP_ROWS == SIZES_CUDA_PSTEP_ROWS,
+               "memory/sizes.h must know the persistent step's op size and rows");
+
 _Static_assert(sizeof(ck_sample_params) == SIZES_CUDA_SAMPLE_PARAM,
                "memory/sizes.h must know the sampling parameters' size");
 
@@ -111,6 +114,35 @@ typedef struct {
     cudaGraphExec_t *graphs; /* (2 * (max_rows + 1)) */
     uint8_t *graph_state;    /* 0 never run, 1 run eagerly once, 2 captured */
     int n_graphs;
+    /* the persistent decode step (persistent.cu): a step of one row at a
+     * position below CUDA_PSTEP_MAX_CTX runs as one kernel; its ops are
+     * recorded into prog and uploaded to d_prog when they differ from what
+     * is there (prog_uploaded) */
+    bool pstep_ok, pstep;
+    ck_pstep_op *prog;          /* host: this step's ops */
+    ck_pstep_op *prog_uploaded; /* host: what d_prog holds (n_uploaded ops) */
+    ck_pstep_op *d_prog;
+    int32_t n_prog, cap_prog, n_uploaded;
+    struct { /* rotations recorded: the next attention does them */
+        const void *qkv;
+        bool neox;
+    } pending_rope;
+    struct { /* a norm recorded but not yet placed: the next GEMV may take it */
+        bool on;
+        float *x;
+        const float *w;
+        void *y;
+        float eps;
+        int32_t D;
+    } pending_norm;
+    int64_t n_pstep_steps;
+    /* HEADROOM_CUDA_PSTEP_TRACE: per-op timestamps of every step (a
+     * diagnostic allocation outside the plan), summed by op kind */
+    uint64_t *d_trace, *h_trace;
+    double trace_op_us[CKP_GATHER + 1], trace_bar_us[CKP_GATHER + 1];
+    int64_t trace_n[CKP_GATHER + 1];
+    unsigned *d_psync;
+    int32_t *d_arrived;
     hr_error step_err;
     hr_status step_status;
     cuda_profile *prof; /* NULL unless HEADROOM_CUDA_PROFILE is set */
@@ -219,6 +251,33 @@ static hr_status own_host(cuda_backend *c, void *p, hr_error *err) {
     return HR_OK;
 }
 
+/* Adds a finished step's trace to the sums by op kind: an op lasts from
+ * block 0 leaving the barrier before it to the last block's arrival after
+ * it; the barrier from that arrival to block 0 leaving. */
+static void pstep_trace_collect(cuda_backend *c) {
+    const int32_t n = c->n_uploaded;
+    if (!c->d_trace || n < 2 ||
+        cudaMemcpy(c->h_trace, c->d_trace, (size_t)n * 3 * sizeof(uint64_t),
+                   cudaMemcpyDeviceToHost) != cudaSuccess)
+        return;
+    for (int32_t i = 1; i + 1 < n; i++) {
+        const uint64_t *t = c->h_trace + 3 * i, *prev = t - 3;
+        const int k = c->prog_uploaded[i].kind;
+        c->trace_op_us[k] += (double)(t[1] - prev[2]) / 1e3;
+        c->trace_bar_us[k] += (double)(t[2] - t[1]) / 1e3;
+        c->trace_n[k]++;
+    }
+}
+
+static void pstep_trace_report(const cuda_backend *c) {
+    static const char *const names[] = {"embed", "norm", "gemv", "attn", "swiglu", "gather"};
+    for (int k = 0; c->d_trace && k <= CKP_GATHER; k++)
+        if (c->trace_n[k] > 0)
+            fprintf(stderr, "pstep trace: %-8s %8lld ops  %8.2f us an op  %6.2f us its barrier\n",
+                    names[k], (long long)c->trace_n[k], c->trace_op_us[k] / (double)c->trace_n[k],
+                    c->trace_bar_us[k] / (double)c->trace_n[k]);
+}
+
 static void cuda_free_backend(hr_backend *b) {
     cuda_backend *c = (cuda_backend *)b;
     if (!c)
@@ -227,8 +286,11 @@ static void cuda_free_backend(hr_backend *b) {
         cudaStreamSynchronize(c->stream);
     cuda_profile_report(c->prof);
     cuda_profile_free(c->prof);
+    pstep_trace_report(c);
+    if (c->d_trace)
+        cudaFree(c->d_trace);
     if (c->graphs)
-        for (int32_t i = 0; i < 2 * (c->kv.max_rows + 1); i++)
+        for (int32_t i = 0; i < 2 * (c->kv.max_rows + 2); i++)
             if (c->graphs[i])
                 cudaGraphExecDestroy(c->graphs[i]);
     hr_free(c->graphs);
@@ -433,6 +495,47 @@ static hr_status cuda_tensor_alloc(hr_backend *b, int64_t rows, int64_t cols, bo
     return HR_OK;
 }
 
+/* ---------------------------------------------------------------- persistent step */
+
+/* Whether this model's decode steps of one row can run as one kernel
+ * (persistent.cu's limits); HEADROOM_CUDA_PSTEP=0 keeps them op by op. */
+static bool pstep_eligible(const cuda_backend *c, const hr_model_info *in) {
+    const char *env = getenv("HEADROOM_CUDA_PSTEP");
+    if ((env && strcmp(env, "0") == 0) || c->p.attn_naive || in->n_head % in->n_head_kv != 0 ||
+        !ck_pstep_supported(c->dt, in->head_dim))
+        return false;
+    const int64_t widths[] = {in->n_embd, (int64_t)in->n_head * in->head_dim, in->n_ff};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
+        if (widths[i] % 256 != 0 || widths[i] > CK_PSTEP_MAX_K)
+            return false;
+    return true;
+}
+
+/* The program buffers (memory/sizes.c counts them whether used or not) and
+ * the kernel's counters: the grid barrier's, then one per head (attention). */
+static hr_status pstep_alloc(cuda_backend *c, hr_error *err) {
+    const hr_model_info *in = c->base.info;
+    c->cap_prog = (int32_t)sizes_cuda_pstep_ops(in);
+    const size_t counters = (size_t)(1 + in->n_head) * sizeof(unsigned);
+    HR_TRY(dev_alloc(c, (size_t)c->cap_prog * SIZES_CUDA_PSTEP_OP, MEM_WORK, "persistent step",
+                     (void **)&c->d_prog, err));
+    HR_TRY(dev_alloc(c, counters, MEM_WORK, "persistent step", (void **)&c->d_psync, err));
+    HR_CUDA_TRY(cudaMemset(c->d_psync, 0, counters));
+    c->d_arrived = (int32_t *)(c->d_psync + 1);
+    c->prog = hr_calloc((size_t)c->cap_prog, sizeof *c->prog);
+    HR_TRY(own_host(c, c->prog, err));
+    c->prog_uploaded = hr_calloc((size_t)c->cap_prog, sizeof *c->prog_uploaded);
+    HR_TRY(own_host(c, c->prog_uploaded, err));
+    c->pstep_ok = pstep_eligible(c, in);
+    if (c->pstep_ok && getenv("HEADROOM_CUDA_PSTEP_TRACE")) {
+        const size_t n = (size_t)c->cap_prog * 3 * sizeof(uint64_t);
+        HR_CUDA_TRY(cudaMalloc((void **)&c->d_trace, n));
+        c->h_trace = hr_calloc(1, n);
+        HR_TRY(own_host(c, c->h_trace, err));
+    }
+    return HR_OK;
+}
+
 static hr_status cuda_kv_alloc(hr_backend *b, const be_config *cfg, hr_error *err) {
     cuda_backend *c = (cuda_backend *)b;
     const hr_model_info *in = b->info;
@@ -467,6 +570,7 @@ static hr_status cuda_kv_alloc(hr_backend *b, const be_config *cfg, hr_error *er
                      (void **)&c->att_work, err));
     HR_TRY(dev_alloc(c, (size_t)(in->head_dim / 2) * sizeof(float), MEM_WORK, "rope",
                      (void **)&c->inv_freq, err));
+    HR_TRY(pstep_alloc(c, err));
     HR_CUDA_TRY(cudaMemcpy(c->inv_freq, cfg->rope_inv_freq,
                            (size_t)(in->head_dim / 2) * sizeof(float), cudaMemcpyHostToDevice));
 
@@ -495,7 +599,8 @@ static hr_status cuda_kv_alloc(hr_backend *b, const be_config *cfg, hr_error *er
     size_t sample_work = ck_sample_work_bytes(cfg->max_out, in->n_vocab);
     if (sample_work > 0)
         HR_TRY(dev_alloc(c, sample_work, MEM_WORK, "sampling", &c->sample_work, err));
-    size_t n_graphs = 2 * ((size_t)cfg->max_rows + 1);
+    /* keys 2 B + sampling; 2 (max_rows + 1) + sampling: the persistent step */
+    size_t n_graphs = 2 * ((size_t)cfg->max_rows + 2);
     c->graphs = hr_calloc(n_graphs, sizeof *c->graphs);
     c->graph_state = hr_calloc(n_graphs, 1);
     if (!c->graphs || !c->graph_state)
@@ -562,10 +667,16 @@ static hr_status cuda_begin_step(hr_backend *b, const hr_step *s, hr_error *err)
     /* a decode step of B rows: eager the first time, captured the second
      * (after the metadata copy above, which stays outside the graph),
      * replayed after that */
+    c->pstep = c->pstep_ok && c->decode_only && s->n_rows == 1 && s->n_out == 1 &&
+               s->pos[0] < CUDA_PSTEP_MAX_CTX;
+    c->n_prog = 0;
+    c->pending_norm.on = false;
+    c->pending_rope.qkv = NULL;
     c->capturing = c->replaying = false;
     c->graph_key = -1;
     if (!c->p.no_graphs && c->decode_only && s->n_rows > 0)
-        c->graph_key = 2 * s->n_rows + (s->device_sample && s->n_out > 0);
+        c->graph_key = 2 * (c->pstep ? c->kv.max_rows + 1 : s->n_rows) +
+                       (s->device_sample && s->n_out > 0);
     if (c->graph_key >= 0 && c->graph_state[c->graph_key] == 2) {
         c->replaying = true;
     } else if (c->graph_key >= 0 && c->graph_state[c->graph_key] == 1 &&
@@ -598,11 +709,156 @@ static void op_error(cuda_backend *c, const char *op) {
                                     cudaGetErrorString(e));
 }
 
+/* ---------------------------------------------------------------- persistent step ops */
+
+/* The next op of the program, zeroed (programs are compared bytewise). */
+static ck_pstep_op *pstep_push(cuda_backend *c, ckp_kind kind) {
+    if (c->n_prog >= c->cap_prog) {
+        if (c->step_status == HR_OK)
+            c->step_status = hr_err_set(&c->step_err, HR_ERR_INVALID,
+                                        "cuda: persistent step of more than the planned %d ops",
+                                        c->cap_prog);
+        return NULL;
+    }
+    ck_pstep_op *op = &c->prog[c->n_prog++];
+    memset(op, 0, sizeof *op);
+    op->kind = kind;
+    return op;
+}
+
+/* A pending norm no GEMV took becomes an op of its own (block 0). */
+static void pstep_flush_norm(cuda_backend *c) {
+    if (!c->pending_norm.on)
+        return;
+    c->pending_norm.on = false;
+    ck_pstep_op *op = pstep_push(c, CKP_NORM);
+    if (!op)
+        return;
+    op->norm.x = c->pending_norm.x;
+    op->norm.w = c->pending_norm.w;
+    op->norm.y = c->pending_norm.y;
+    op->norm.eps = c->pending_norm.eps;
+    op->norm.D = c->pending_norm.D;
+}
+
+/* The next op, after any pending norm (the ops that are not GEMVs). */
+static ck_pstep_op *pstep_add(cuda_backend *c, ckp_kind kind) {
+    pstep_flush_norm(c);
+    return pstep_push(c, kind);
+}
+
+/* Uploads the recorded program if it is not what the device holds (only
+ * outside a capture: the eager run before it uploads), then runs it. */
+static void pstep_run(cuda_backend *c) {
+    pstep_flush_norm(c);
+    const size_t bytes = (size_t)c->n_prog * sizeof *c->prog;
+    if (c->n_prog != c->n_uploaded || memcmp(c->prog, c->prog_uploaded, bytes) != 0) {
+        if (c->capturing) {
+            c->step_status = hr_err_set(&c->step_err, HR_ERR_INVALID,
+                                        "cuda: the persistent step changed after its eager run");
+            return;
+        }
+        cudaError_t e = cudaMemcpy(c->d_prog, c->prog, bytes, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) {
+            c->step_status = hr_err_set(&c->step_err, HR_ERR_DEVICE, "cuda: persistent step: %s",
+                                        cudaGetErrorString(e));
+            return;
+        }
+        memcpy(c->prog_uploaded, c->prog, bytes);
+        c->n_uploaded = c->n_prog;
+    }
+    mark(c, "persistent step", 0, 0);
+    ck_pstep_run(c->stream, c->d_prog, c->n_prog, c->d_psync, c->dt, c->base.info->head_dim,
+                 c->d_trace);
+    op_error(c, "persistent step");
+}
+
+/* if dx: x += dx; y = rmsnorm(x) * w. The add goes into the GEMVs that
+ * just wrote dx, when they did (each adds its rows to x instead of writing
+ * them), and the norm waits for the next GEMV: if it reads y, every block
+ * normalises x itself and y is never written. */
+static void pstep_norm(cuda_backend *c, const be_tensor *x, const be_tensor *dx, be_tensor *y,
+                       const be_vector *w, float eps) {
+    pstep_flush_norm(c);
+    if (dx) {
+        const size_t elem = dx->narrow ? 2 : 4;
+        const uint8_t *lo = (const uint8_t *)dx->data, *hi = lo + (size_t)dx->cols * elem;
+        int32_t first = c->n_prog;
+        int64_t rows = 0;
+        while (first > 0 && c->prog[first - 1].kind == CKP_GEMV &&
+               !c->prog[first - 1].gemv.resid && (const uint8_t *)c->prog[first - 1].gemv.y >= lo &&
+               (const uint8_t *)c->prog[first - 1].gemv.y < hi)
+            rows += c->prog[--first].gemv.N;
+        if (rows == dx->cols) {
+            for (int32_t i = first; i < c->n_prog; i++) {
+                ck_pstep_gemv *g = &c->prog[i].gemv;
+                g->resid = (float *)x->data + ((const uint8_t *)g->y - lo) / (ptrdiff_t)elem;
+                g->y = NULL;
+            }
+        } else { /* dx came from elsewhere: the add and norm as one op */
+            ck_pstep_op *op = pstep_push(c, CKP_NORM);
+            if (!op)
+                return;
+            op->norm.x = x->data;
+            op->norm.dx = dx->data;
+            op->norm.dx_ck = dx->narrow;
+            op->norm.w = w->data;
+            op->norm.y = y->data;
+            op->norm.eps = eps;
+            op->norm.D = (int32_t)x->cols;
+            return;
+        }
+    }
+    c->pending_norm.on = true;
+    c->pending_norm.x = x->data;
+    c->pending_norm.w = w->data;
+    c->pending_norm.y = y->data;
+    c->pending_norm.eps = eps;
+    c->pending_norm.D = (int32_t)x->cols;
+}
+
+/* y = x . W^T, in pieces of at most CK_PSTEP_ROWS rows a block */
+static void pstep_gemv(cuda_backend *c, be_tensor *y, const be_tensor *x, const be_weight *w) {
+    const int64_t piece = (int64_t)CK_PSTEP_ROWS * ck_pstep_blocks();
+    const size_t y_elem = y->narrow ? 2 : 4;
+    const bool take_norm = c->pending_norm.on && c->pending_norm.y == x->data;
+    if (!take_norm)
+        pstep_flush_norm(c);
+    c->pending_norm.on = false;
+    for (int64_t r0 = 0; r0 < w->n_rows; r0 += piece) {
+        ck_pstep_op *op = pstep_push(c, CKP_GEMV);
+        if (!op)
+            return;
+        if (take_norm) {
+            op->gemv.norm_x = c->pending_norm.x;
+            op->gemv.norm_w = c->pending_norm.w;
+            op->gemv.eps = c->pending_norm.eps;
+        }
+        op->gemv.x = x->data;
+        op->gemv.W = (const uint8_t *)w->w + (size_t)r0 * (size_t)w->k * 2;
+        op->gemv.bias = w->bias ? w->bias + r0 : NULL;
+        op->gemv.y = (uint8_t *)y->data + (size_t)r0 * y_elem;
+        op->gemv.y_ck = y->narrow;
+        op->gemv.N = (int32_t)(w->n_rows - r0 < piece ? w->n_rows - r0 : piece);
+        op->gemv.K = (int32_t)w->k;
+    }
+}
+
 static const int32_t *meta(const cuda_backend *c, size_t off) { return c->d_meta + off; }
 
 static void cuda_embed(hr_backend *b, be_tensor *x, const be_weight *tok_embd) {
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
+    if (c->pstep) {
+        ck_pstep_op *op = pstep_add(c, CKP_EMBED);
+        if (op) {
+            op->embed.table = tok_embd->w;
+            op->embed.token = meta(c, c->o_tok);
+            op->embed.x = x->data;
+            op->embed.D = (int32_t)tok_embd->k;
+        }
+        return;
+    }
     mark(c, "embed", 0, 0);
     ck_embed(c->stream, x->data, x->ld, tok_embd->w, c->dt, meta(c, c->o_tok), c->n_rows,
              (int)tok_embd->k);
@@ -613,6 +869,10 @@ static void cuda_rmsnorm(hr_backend *b, be_tensor *y, const be_tensor *x, const 
                          float eps, int64_t n) {
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
+    if (c->pstep) {
+        pstep_norm(c, x, NULL, y, w, eps);
+        return;
+    }
     mark(c, "rmsnorm", 0, 0);
     ck_add_rmsnorm(c->stream, x->data, x->ld, NULL, false, 0, y->data, y->ld, c->dt, w->data,
                    eps, (int)n, (int)x->cols);
@@ -623,6 +883,10 @@ static void cuda_add_rmsnorm(hr_backend *b, be_tensor *x, const be_tensor *dx, b
                              const be_vector *w, float eps) {
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
+    if (c->pstep) {
+        pstep_norm(c, x, dx, y, w, eps);
+        return;
+    }
     mark(c, "add_rmsnorm", 0, 0);
     ck_add_rmsnorm(c->stream, x->data, x->ld, dx->data, dx->narrow, dx->ld, y->data, y->ld,
                    c->dt, w->data, eps, c->n_rows, (int)x->cols);
@@ -635,6 +899,10 @@ static void cuda_matmul(hr_backend *b, be_tensor *y, const be_tensor *x, const b
     OP_PRELUDE(c);
     if (n <= 0)
         return;
+    if (c->pstep) {
+        pstep_gemv(c, y, x, w);
+        return;
+    }
     mark(c, n <= CK_GEMV_MAX_ROWS ? "gemv" : "gemm", w->n_rows, w->k);
     if (n <= CK_GEMV_MAX_ROWS) {
         ck_gemv(c->stream, y->data, y->narrow, y->ld, x->data, x->ld, w->w, w->bias, c->dt,
@@ -660,8 +928,13 @@ static void cuda_rope_kv_store(hr_backend *b, int32_t layer, be_tensor *qkv,
     (void)inv_freq; /* the device copy made at setup */
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
-    mark(c, "rope_kv_store", 0, 0);
     size_t off = (size_t)layer * c->kv_layer_bytes;
+    if (c->pstep) { /* the attention that follows rotates and stores */
+        c->pending_rope.qkv = qkv->data;
+        c->pending_rope.neox = style == ROPE_STYLE_NEOX;
+        return;
+    }
+    mark(c, "rope_kv_store", 0, 0);
     ck_rope_kv_store(c->stream, qkv->data, qkv->ld, c->k_pool + off, c->v_pool + off, c->dt,
                      meta(c, c->o_pos), meta(c, c->o_slot), c->inv_freq,
                      style == ROPE_STYLE_NEOX, c->n_rows, n_head, n_head_kv, head_dim,
@@ -686,9 +959,40 @@ static int dec_splits(const cuda_backend *c, const hr_model_info *in) {
 static void cuda_attention(hr_backend *b, int32_t layer, be_tensor *out, const be_tensor *qkv) {
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
-    mark(c, c->n_tiles > 0 ? "attn prefill" : "attn decode", 0, 0);
     const hr_model_info *in = b->info;
     size_t off = (size_t)layer * c->kv_layer_bytes;
+    if (c->pstep) {
+        if (c->pending_rope.qkv != qkv->data) {
+            if (c->step_status == HR_OK)
+                c->step_status = hr_err_set(&c->step_err, HR_ERR_INVALID,
+                                            "cuda: persistent step: attention without rotations");
+            return;
+        }
+        c->pending_rope.qkv = NULL;
+        ck_pstep_op *op = pstep_add(c, CKP_ATTN);
+        if (op) {
+            op->attn.inv_freq = c->inv_freq;
+            op->attn.neox = c->pending_rope.neox;
+            op->attn.qkv = qkv->data;
+            op->attn.out = out->data;
+            op->attn.k_pool = c->k_pool + off;
+            op->attn.v_pool = c->v_pool + off;
+            op->attn.pos = meta(c, c->o_pos);
+            op->attn.seq = meta(c, c->o_seq);
+            op->attn.block_tables = meta(c, c->o_bt);
+            op->attn.work = c->att_work;
+            op->attn.arrived = c->d_arrived;
+            op->attn.scale = 1.0f / sqrtf((float)in->head_dim);
+            op->attn.max_blocks = c->kv.max_blocks_per_seq;
+            op->attn.max_splits = c->n_splits;
+            op->attn.H = in->n_head;
+            op->attn.Hkv = in->n_head_kv;
+            op->attn.Dh = in->head_dim;
+            op->attn.BS = c->kv.block_size;
+        }
+        return;
+    }
+    mark(c, c->n_tiles > 0 ? "attn prefill" : "attn decode", 0, 0);
     ck_attn_args a = {.qkv = qkv->data,
                       .ld_qkv = qkv->ld,
                       .out = out->data,
@@ -731,6 +1035,16 @@ static void cuda_attention(hr_backend *b, int32_t layer, be_tensor *out, const b
 static void cuda_swiglu(hr_backend *b, be_tensor *h, const be_tensor *gu) {
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
+    if (c->pstep) {
+        ck_pstep_op *op = pstep_add(c, CKP_SWIGLU);
+        if (op) {
+            op->swiglu.gu = gu->data;
+            op->swiglu.h = h->data;
+            op->swiglu.gu_ck = gu->narrow;
+            op->swiglu.F = (int32_t)h->cols;
+        }
+        return;
+    }
     mark(c, "swiglu", 0, 0);
     ck_swiglu(c->stream, h->data, h->ld, c->dt, gu->data, gu->narrow, gu->ld, c->n_rows,
               (int)h->cols);
@@ -740,6 +1054,17 @@ static void cuda_swiglu(hr_backend *b, be_tensor *h, const be_tensor *gu) {
 static void cuda_gather_rows(hr_backend *b, be_tensor *y, const be_tensor *x) {
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
+    if (c->pstep) {
+        ck_pstep_op *op = pstep_add(c, CKP_GATHER);
+        if (op) {
+            op->gather.x = x->data;
+            op->gather.row = meta(c, c->o_out);
+            op->gather.y = y->data;
+            op->gather.D = (int32_t)x->cols;
+            op->gather.ldx = (int32_t)x->ld;
+        }
+        return;
+    }
     mark(c, "gather_rows", 0, 0);
     ck_gather(c->stream, y->data, y->ld, x->data, x->ld, c->dt, meta(c, c->o_out), c->n_out,
               (int)x->cols);
@@ -774,6 +1099,11 @@ static hr_status cuda_end_step(hr_backend *b, const be_tensor *logits, float *ho
         c->step_status = hr_err_set(&c->step_err, HR_ERR_INVALID,
                                     "cuda: end_step %s samples, begin_step said %s",
                                     sample ? "with" : "without", sample ? "no" : "yes");
+    if (c->step_status == HR_OK && !c->replaying && c->pstep)
+        pstep_run(c);
+    if (c->step_status == HR_OK && c->pstep)
+        c->n_pstep_steps++;
+    const bool traced = c->step_status == HR_OK && c->pstep;
     if (c->step_status == HR_OK && !c->replaying && sample)
         enqueue_sampling(c, logits);
     if (c->capturing && c->step_status != HR_OK) {
@@ -813,6 +1143,8 @@ static hr_status cuda_end_step(hr_backend *b, const be_tensor *logits, float *ho
     cuda_profile_step_end(c->prof, c->stream);
     HR_CUDA_TRY(cudaStreamSynchronize(c->stream));
     cuda_profile_collect(c->prof);
+    if (traced)
+        pstep_trace_collect(c);
     c->replaying = false;
     if (c->step_status != HR_OK) {
         if (err)
@@ -823,6 +1155,10 @@ static hr_status cuda_end_step(hr_backend *b, const be_tensor *logits, float *ho
     if (sample)
         memcpy(host_tokens, c->h_tok, (size_t)c->n_out * sizeof(int32_t));
     return HR_OK;
+}
+
+int64_t cuda_pstep_steps(const hr_backend *b) {
+    return ((const cuda_backend *)b)->n_pstep_steps;
 }
 
 static void cuda_held(const hr_backend *b, be_memory *out) {

@@ -18,6 +18,15 @@ const char *cuda_device_name(void);
 /* Free and total memory of device 0 (cudaMemGetInfo). */
 hr_status cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err);
 
+/* Decode steps of one row at positions below this run as one kernel
+ * (persistent.cu; its attention walks the keys with one warp a key, and the
+ * flash-decoding kernel is faster beyond). */
+#define CUDA_PSTEP_MAX_CTX 4096
+
+/* Decode steps this backend ran as one kernel (persistent.cu), for tests
+ * and reports; b must be a CUDA backend. */
+int64_t cuda_pstep_steps(const hr_backend *b);
+
 hr_status backend_cuda_create(const hr_model_info *info, const be_params *p, hr_backend **out,
                               hr_error *err);
 

@@ -150,6 +150,103 @@ void ck_attention_naive(cudaStream_t s, const ck_attn_args *a);   /* every row 0
 /* floats of work the kernels need */
 int64_t ck_attention_work_floats(int max_rows, int H, int Dh, int n_splits, int max_ctx);
 
+/* ---- the persistent decode step (persistent.cu)
+ *
+ * A decode step of one row as one kernel: the ops of the step, recorded in
+ * order as a program, run by one block per SM with a grid-wide barrier
+ * between ops, while a producer warp of each block streams that block's
+ * share of every matrix of the step into a ring of shared-memory stages,
+ * running ahead across the barriers (weights depend on no activation).
+ * A norm is folded into the GEMV that reads it (every block normalises the
+ * row itself), its residual add into the GEMV that made the addend, and
+ * the rotations and KV store into the attention. */
+
+typedef enum {
+    CKP_EMBED,  /* x f32 = table[token] */
+    CKP_NORM,   /* if dx: x += dx; y ck = x / rms(x) * w (block 0) */
+    CKP_GEMV,   /* y = x ck . W^T (+ bias), y f32 or ck */
+    CKP_ATTN,   /* out ck = attention of q (rotated) over the positions 0..pos;
+                   this step's k (rotated) and v into the pools first */
+    CKP_SWIGLU, /* h ck = silu(gu[:F]) * gu[F:] */
+    CKP_GATHER  /* y ck = row rows[0] of x ck */
+} ckp_kind;
+
+/* y = x . W^T (+ bias) for one row, the block's share of W's rows */
+typedef struct {
+    const void *x;       /* ck; unused with norm_x */
+    const void *W;       /* (N, K) ck */
+    const float *bias;
+    void *y;             /* unused with resid */
+    const float *norm_x; /* if set, x = ck(norm_w * (norm_x / rms(norm_x))) */
+    const float *norm_w;
+    float *resid;        /* if set, resid += y (rounded to ck first if y_ck) */
+    float eps;
+    int32_t y_ck, N, K;
+} ck_pstep_gemv;
+
+/* One op; pointers are device addresses, fixed for the backend's life (the
+ * step's metadata buffers included), so a program recorded once serves
+ * every step of one row. */
+typedef struct {
+    int32_t kind; /* ckp_kind */
+    union {
+        struct {
+            const void *table;
+            const int32_t *token;
+            float *x;
+            int32_t D;
+        } embed;
+        struct {
+            float *x;
+            const void *dx; /* NULL: no add */
+            const float *w;
+            void *y;
+            float eps;
+            int32_t dx_ck, D;
+        } norm;
+        ck_pstep_gemv gemv;
+        struct {
+            const void *qkv;  /* as the GEMV left it: q, k not rotated */
+            void *out;
+            void *k_pool, *v_pool; /* this layer's */
+            const int32_t *pos, *seq, *block_tables;
+            const float *inv_freq;
+            float *work;      /* (H, max_splits, Dh + 2) f32 */
+            int32_t *arrived; /* (H) split counters, zero between uses */
+            float scale;
+            int32_t neox, max_blocks, max_splits, H, Hkv, Dh, BS;
+        } attn;
+        struct {
+            const void *gu;
+            void *h;
+            int32_t gu_ck, F;
+        } swiglu;
+        struct {
+            const void *x;
+            const int32_t *row;
+            void *y;
+            int32_t D, ldx;
+        } gather;
+    };
+} ck_pstep_op;
+
+/* What the kernel can run: matrices with K % 256 == 0 and K <= CK_PSTEP_MAX_K, at
+ * most CK_PSTEP_ROWS rows a block (the backend cuts taller ones), Dh 64 or
+ * 128, a row of at most CK_PSTEP_MAX_K elements for the row ops. */
+#define CK_PSTEP_MAX_K 16384
+#define CK_PSTEP_ROWS 256
+/* whether the kernel takes this head size and fits on this device */
+int ck_pstep_supported(ck_dtype dt, int dh);
+/* blocks of the kernel (one per SM) */
+int ck_pstep_blocks(void);
+
+/* Runs ops[0 .. n_op) (device memory) as one kernel. sync: one counter,
+ * zeroed here before the kernel (on the stream). trace: NULL, or 3 n_op
+ * timestamps (ns) per op i: block 0 done, the last block arrived at the
+ * barrier, block 0 past it. */
+void ck_pstep_run(cudaStream_t s, const ck_pstep_op *ops, int n_op, unsigned *sync, ck_dtype dt,
+                  int dh, uint64_t *trace);
+
 /* ---- sampling (sample.cu) */
 
 typedef struct {

@@ -1,0 +1,761 @@
+/*
+ * persistent.cu — a decode step of one row as one kernel.
+ *
+ * Why: at batch 1 the step reads every weight once (13.5 GB for Llama-2-7B)
+ * and does little else, so its speed is the rate at which HBM streams the
+ * weights. Launched op by op, each of the step's 129 GEMVs loses a few
+ * microseconds to its ramp and drain, and HBM idles during the small ops
+ * between them: the kernels of gemv.cu stream at 3.0-3.9 TB/s back to back,
+ * the step's matmuls all together at ~3.3 TB/s (H200, copy bandwidth 4.26).
+ *
+ * How: the backend records the step's ops as a program (ck_pstep_op, the
+ * same ops with the same rounding points as the op-by-op path). One block
+ * per SM runs it: 8 consumer warps do each op (all blocks share the work)
+ * and meet at a grid-wide barrier before the next op; a ninth warp, the
+ * producer, walks the same program and copies the block's share of every
+ * matrix (a contiguous range of rows: rows are contiguous in memory) into
+ * a ring of shared-memory stages with bulk copies (TMA), as far ahead as the
+ * ring allows. The weights depend on no activation, so the producer crosses
+ * the barriers freely: while the consumers run the attention or wait at a
+ * barrier, the next matrix is already on its way. The ring (kStages x
+ * kPiece = 160 KB a block, 21 MB over 132 SMs) covers ~5 us of streaming.
+ *
+ * A GEMV: the block's rows [r0, r1) of W are one contiguous run of bytes,
+ * cut into pieces of kPiece bytes (the last shorter); warp w takes the w-th
+ * run of kSegPerWarp 512-byte segments of each piece (K % 256 == 0, so a
+ * segment lies inside one row), loads them and the matching x (copied to
+ * shared memory first) before any arithmetic, and keeps a running sum for
+ * the row; when a run starts another row, the warp adds its lanes and
+ * writes the row's partial to its own slot (acc[warp][row]), so the sums
+ * do not depend on timing: the same step gives the same bits every time.
+ * The backend folds each norm into the GEMV that reads it (every block
+ * normalises the row itself: no op, no barrier) and each residual add into
+ * the GEMV that made the addend (o and down add their rows to x).
+ *
+ * The other ops: embed and swiglu spread over the blocks; the final norm on
+ * block 0; the attention one (head, split) a block, flash-decoding style,
+ * the last split of a head to arrive merging them, with the rotations
+ * folded in (q rotated on load, this step's k rotated from qkv and stored
+ * with v by the first head of its group).
+ *
+ * Measured (H200, Llama-2-7B, 128-token prompt, 256 new, 2026-11-30): 246.5
+ * tok/s bf16, 247.4 f16, against 232.2 op by op. Per op (HEADROOM_CUDA_PSTEP_
+ * TRACE): a GEMV 27.1 us on average (~3.7 TB/s with its barrier), the
+ * attention 10.4 us, swiglu 1.6, a barrier 0.2. The way there, per GEMV:
+ * warps taking every 8th segment with a division per segment, 49 us (the
+ * consumers, not HBM, were the limit: with their arithmetic left out the
+ * stream took 24 us); runs of consecutive segments, bit-shift bf16
+ * unpacking, all loads first, 29 us; 32 KB pieces x 5 instead of 16 KB x
+ * 10, 26.7 us; 20 KB x 9 31.1, 16 KB x 11 29.6 (runs across rows then go
+ * the slow way); the norms as their own ops on block 0 cost 7 us each
+ * before they were folded into the GEMVs. Not reached: 290 tok/s. The
+ * attention still leaves HBM idle for ~5 us a layer (the ring covers the
+ * rest), and each GEMV waits for its slowest block.
+ *
+ * Registers: 9 warps put 3 on some of an SM's 4 register files (16K each),
+ * so a thread gets at most 168 (__launch_bounds__ gives that); a
+ * __maxnreg__ of 208 or 224 made the kernel unlaunchable (ck_pstep_supported
+ * now asks the occupancy API first).
+ *
+ * Activations written inside the kernel are read with ld.global.cg (L2): L1
+ * is not coherent between SMs, and a line of an earlier layer could be in it.
+ */
+#include "backend/cuda/common.cuh"
+
+#include <stdint.h>
+
+namespace {
+
+constexpr int kWarps = 8;                    /* consumer warps */
+constexpr int kConsumers = kWarps * 32;
+constexpr int kThreads = kConsumers + 32;    /* + the producer warp */
+constexpr int kSeg = 512;                    /* a warp's bytes at a time: 32 lanes x 16 */
+constexpr int kXBytes = CK_PSTEP_MAX_K * 2;  /* x of a GEMV, ck */
+constexpr int kAccBytes = kWarps * CK_PSTEP_ROWS * 4;
+
+/* the ring: kStages pieces of kPiece bytes */
+constexpr int kPiece = 32768;
+constexpr int kStages = 5;
+constexpr int kSegPerPiece = kPiece / kSeg;
+constexpr int kSegPerWarp = kSegPerPiece / kWarps; /* a warp's run of a piece */
+constexpr int kRingBytes = kStages * kPiece;
+constexpr int kSmemBytes = kRingBytes + kXBytes + kAccBytes;
+static_assert(kSmemBytes <= 227 * 1024, "a block takes at most 227 KB of shared memory");
+static_assert(kPiece % kSeg == 0 && kSegPerPiece % kWarps == 0, "whole runs of segments");
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect(uint64_t *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(smem_u32(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes,
+                                          uint64_t *bar, uint64_t policy) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
+                 : "memory");
+}
+
+/* the consumer warps only (the producer never joins): named barrier 1 */
+__device__ __forceinline__ void consumers_sync() {
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory");
+}
+
+__device__ __forceinline__ uint64_t now_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* Every block's consumers arrive, then wait until all blocks have: the
+ * counter only grows within a launch (target = barriers so far x blocks).
+ * trace (diagnostics, may be NULL): [0] block 0 done with the op, [1] the
+ * last block's arrival, [2] block 0 past the barrier. */
+__device__ __forceinline__ void grid_sync(unsigned *count, unsigned target, uint64_t *trace) {
+    consumers_sync();
+    if (threadIdx.x == 0) {
+        if (trace && blockIdx.x == 0)
+            trace[0] = now_ns();
+        __threadfence();
+        const unsigned before = atomicAdd(count, 1u);
+        if (trace && before == target - 1)
+            trace[1] = now_ns();
+        unsigned seen;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                         : "=r"(seen)
+                         : "l"(count)
+                         : "memory");
+            if (seen < target)
+                __nanosleep(32); /* fewer polls in the way of the arrivals */
+        } while (seen < target);
+        if (trace && blockIdx.x == 0)
+            trace[2] = now_ns();
+    }
+    consumers_sync();
+}
+
+template <class T> __device__ __forceinline__ void unpack8(uint4 v, float f[8]) {
+    T h[8];
+    memcpy(h, &v, sizeof v);
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+        f[e] = ck_to_f32(h[e]);
+}
+
+/* bf16 is the top half of an f32: two bit operations a pair */
+template <> __device__ __forceinline__ void unpack8<__nv_bfloat16>(uint4 v, float f[8]) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        f[2 * j] = __uint_as_float(w[j] << 16);
+        f[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+    }
+}
+
+/* the block's rows of an N-row matrix */
+__device__ __forceinline__ int2 block_rows(int N) {
+    return make_int2((int)((int64_t)N * blockIdx.x / gridDim.x),
+                     (int)((int64_t)N * (blockIdx.x + 1) / gridDim.x));
+}
+
+/* ---- the producer: every GEMV's share of this block, in program order */
+__device__ void produce(const ck_pstep_op *prog, int n_op, uint8_t *ring, uint64_t *full,
+                        uint64_t *empty) {
+    uint64_t policy; /* weights are read once a step: let them leave L2 first */
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    int piece = 0;
+    for (int i = 0; i < n_op; i++) {
+        if (prog[i].kind != CKP_GEMV)
+            continue;
+        const int N = prog[i].gemv.N, K = prog[i].gemv.K;
+        const int2 rows = block_rows(N);
+        const uint8_t *src =
+            static_cast<const uint8_t *>(prog[i].gemv.W) + (int64_t)rows.x * K * 2;
+        const int64_t bytes = (int64_t)(rows.y - rows.x) * K * 2;
+        for (int64_t off = 0; off < bytes; off += kPiece, piece++) {
+            const int st = piece % kStages;
+            if (piece >= kStages) /* its previous piece consumed by all warps */
+                mbar_wait(&empty[st], (unsigned)(piece / kStages - 1) & 1u);
+            const unsigned len = (unsigned)min((int64_t)kPiece, bytes - off);
+            mbar_arrive_expect(&full[st], len);
+            bulk_copy(ring + st * kPiece, src + off, len, &full[st], policy);
+        }
+    }
+}
+
+/* ---- the consumers' ops */
+
+/* sum over the consumer threads; scratch: kWarps floats */
+__device__ __forceinline__ float consumers_sum(float v, float *scratch) {
+    v = warp_sum(v);
+    consumers_sync();
+    if ((threadIdx.x & 31) == 0)
+        scratch[threadIdx.x >> 5] = v;
+    consumers_sync();
+    float t = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; w++)
+        t += scratch[w];
+    return t;
+}
+
+/* y (D, ck) = w * (x * scale), scale = 1 / rms(x) (+ eps), as
+ * ck_add_rmsnorm; every consumer thread of the block takes part, loads of a
+ * chunk of kNormPer elements a thread before its stores */
+constexpr int kNormPer = 8;
+
+template <class T>
+__device__ void norm_into(const float *x, const float *w, float eps, int D, T *y,
+                          float *scratch) {
+    float ss = 0.0f;
+    for (int d0 = 0; d0 < D; d0 += kNormPer * kConsumers) {
+        float v[kNormPer];
+#pragma unroll
+        for (int j = 0; j < kNormPer; j++) {
+            const int d = d0 + threadIdx.x + j * kConsumers;
+            v[j] = d < D ? __ldcg(x + d) : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < kNormPer; j++)
+            ss += v[j] * v[j];
+    }
+    const float scale = rsqrtf(consumers_sum(ss, scratch) / (float)D + eps);
+    for (int d0 = 0; d0 < D; d0 += kNormPer * kConsumers) {
+        float v[kNormPer], wv[kNormPer];
+#pragma unroll
+        for (int j = 0; j < kNormPer; j++) {
+            const int d = d0 + threadIdx.x + j * kConsumers;
+            v[j] = d < D ? __ldcg(x + d) : 0.0f;
+            wv[j] = d < D ? w[d] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < kNormPer; j++) {
+            const int d = d0 + threadIdx.x + j * kConsumers;
+            if (d < D)
+                ck_from_f32(y + d, wv[j] * (v[j] * scale));
+        }
+    }
+}
+
+template <class T>
+__device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, uint16_t *xs, float *acc,
+                        uint64_t *full, uint64_t *empty, int &piece, float *scratch) {
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int N = op.gemv.N, K = op.gemv.K;
+    const int2 rows = block_rows(N);
+    const int n_rows = rows.y - rows.x;
+    if (op.gemv.norm_x) {
+        norm_into(op.gemv.norm_x, op.gemv.norm_w, op.gemv.eps, K, reinterpret_cast<T *>(xs),
+                  scratch);
+    } else {
+        /* x into shared memory, every load issued before the first store (a
+         * plain loop waits out an L2 round trip per element: the compiler
+         * cannot tell the stores from the loads) */
+        const uint4 *x4 = static_cast<const uint4 *>(op.gemv.x);
+        constexpr int kXLoads = CK_PSTEP_MAX_K / 8 / kConsumers;
+        uint4 xv[kXLoads];
+#pragma unroll
+        for (int j = 0; j < kXLoads; j++)
+            if (tid + j * kConsumers < K / 8)
+                xv[j] = __ldcg(x4 + tid + j * kConsumers);
+#pragma unroll
+        for (int j = 0; j < kXLoads; j++)
+            if (tid + j * kConsumers < K / 8)
+                reinterpret_cast<uint4 *>(xs)[tid + j * kConsumers] = xv[j];
+    }
+    for (int i = tid; i < kWarps * n_rows; i += kConsumers)
+        acc[i] = 0.0f;
+    consumers_sync();
+
+    const int seg_per_row = K * 2 / kSeg;
+    const uint4 *xs4 = reinterpret_cast<const uint4 *>(xs);
+    float *my_acc = acc + warp * n_rows;
+    int cur = -1; /* the row of this warp's running sum */
+    float part = 0.0f;
+    const int64_t bytes = (int64_t)n_rows * K * 2;
+    for (int64_t off = 0; off < bytes; off += kPiece, piece++) {
+        const int st = piece % kStages;
+        const int n_seg = (int)(min((int64_t)kPiece, bytes - off) / kSeg);
+        const int s0 = warp * kSegPerWarp; /* this warp's run of the piece */
+        const int g0 = (int)(off / kSeg) + s0;
+        const int row = g0 / seg_per_row, col = g0 - row * seg_per_row;
+        const uint4 *w4 = reinterpret_cast<const uint4 *>(ring + st * kPiece) + s0 * 32 + lane;
+        mbar_wait(&full[st], (unsigned)(piece / kStages) & 1u);
+        if (s0 + kSegPerWarp <= n_seg && col + kSegPerWarp <= seg_per_row) {
+            /* the usual case: the whole run in one row, its loads first */
+            if (row != cur) {
+                const float v = warp_sum(part);
+                if (cur >= 0 && lane == 0)
+                    my_acc[cur] = v;
+                cur = row;
+                part = 0.0f;
+            }
+            uint4 wv[kSegPerWarp], xv[kSegPerWarp];
+#pragma unroll
+            for (int u = 0; u < kSegPerWarp; u++) {
+                wv[u] = w4[u * 32];
+                xv[u] = xs4[(col + u) * 32 + lane];
+            }
+            float a[kSegPerWarp];
+#pragma unroll
+            for (int u = 0; u < kSegPerWarp; u++) {
+                float wf[8], xf[8];
+                unpack8<T>(wv[u], wf);
+                unpack8<T>(xv[u], xf);
+                a[u] = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    a[u] = fmaf(wf[e], xf[e], a[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < kSegPerWarp; u++)
+                part += a[u];
+        } else {
+            /* a run across a row boundary, or past the slice's end */
+            for (int u = 0; u < kSegPerWarp && s0 + u < n_seg; u++) {
+                const int r = (g0 + u) / seg_per_row;
+                if (r != cur) {
+                    const float v = warp_sum(part);
+                    if (cur >= 0 && lane == 0)
+                        my_acc[cur] = v;
+                    cur = r;
+                    part = 0.0f;
+                }
+                float wf[8], xf[8];
+                unpack8<T>(w4[u * 32], wf);
+                unpack8<T>(xs4[(g0 + u - r * seg_per_row) * 32 + lane], xf);
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    part = fmaf(wf[e], xf[e], part);
+            }
+        }
+        __syncwarp();
+        if (lane == 0)
+            mbar_arrive(&empty[st]); /* the producer may refill the stage */
+    }
+    {
+        const float v = warp_sum(part);
+        if (cur >= 0 && lane == 0)
+            my_acc[cur] = v;
+    }
+    consumers_sync();
+    for (int r = tid; r < n_rows; r += kConsumers) {
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; w++)
+            v += acc[w * n_rows + r];
+        const int row = rows.x + r;
+        if (op.gemv.bias)
+            v += op.gemv.bias[row];
+        if (op.gemv.resid) { /* as the op-by-op path: y rounded, then added */
+            if (op.gemv.y_ck) {
+                T h;
+                ck_from_f32(&h, v);
+                v = ck_to_f32(h);
+            }
+            op.gemv.resid[row] = __ldcg(op.gemv.resid + row) + v;
+        } else if (op.gemv.y_ck) {
+            ck_from_f32(static_cast<T *>(op.gemv.y) + row, v);
+        } else {
+            static_cast<float *>(op.gemv.y)[row] = v;
+        }
+    }
+}
+
+template <class T> __device__ void embed_op(const ck_pstep_op &op) {
+    const int D = op.embed.D;
+    const T *row = static_cast<const T *>(op.embed.table) + (int64_t)op.embed.token[0] * D;
+    for (int d = blockIdx.x * kConsumers + threadIdx.x; d < D; d += gridDim.x * kConsumers)
+        op.embed.x[d] = ck_to_f32(row[d]);
+}
+
+/* as ck_add_rmsnorm for one row, on block 0 (the final norm, or a norm no
+ * GEMV took): if dx, x += dx; then y = w * (x / rms(x)) */
+template <class T> __device__ void norm_op(const ck_pstep_op &op, float *scratch) {
+    if (blockIdx.x != 0)
+        return;
+    const int D = op.norm.D;
+    float *x = op.norm.x;
+    for (int d0 = 0; op.norm.dx && d0 < D; d0 += kNormPer * kConsumers) {
+        float v[kNormPer], dv[kNormPer];
+#pragma unroll
+        for (int j = 0; j < kNormPer; j++) {
+            const int d = d0 + threadIdx.x + j * kConsumers;
+            v[j] = d < D ? __ldcg(x + d) : 0.0f;
+            dv[j] = 0.0f;
+            if (d < D)
+                dv[j] = op.norm.dx_ck ? ck_to_f32(__ldcg(static_cast<const T *>(op.norm.dx) + d))
+                                      : __ldcg(static_cast<const float *>(op.norm.dx) + d);
+        }
+#pragma unroll
+        for (int j = 0; j < kNormPer; j++) {
+            const int d = d0 + threadIdx.x + j * kConsumers;
+            if (d < D)
+                x[d] = v[j] + dv[j];
+        }
+    }
+    consumers_sync();
+    norm_into(x, op.norm.w, op.norm.eps, D, static_cast<T *>(op.norm.y), scratch);
+}
+
+/* EPL elements of a K or V row a lane (Dh = 32 EPL) as floats */
+template <class T, int EPL> __device__ __forceinline__ void load_row(const T *p, float f[EPL]) {
+    typedef typename ck_vec<EPL * sizeof(T)>::type V;
+    const V v = __ldcg(reinterpret_cast<const V *>(p));
+    T h[EPL];
+    memcpy(h, &v, sizeof v);
+#pragma unroll
+    for (int e = 0; e < EPL; e++)
+        f[e] = ck_to_f32(h[e]);
+}
+
+/* keys a warp has in flight: 32 bytes of K and V a lane (more spilled
+ * registers at Dh 128) */
+template <int EPL> struct att_keys {
+    static constexpr int n = 16 / EPL;
+};
+
+/* RoPE at pos on a row spread over a warp (lane: elements lane EPL ..
+ * + EPL - 1), then rounded to the compute type, as ck_rope_kv_store stores
+ * it: neox pairs (i, i + Dh/2) are 16 lanes apart, the others (2i, 2i + 1)
+ * inside a lane. sn, cs: the angles of the lane's elements. Whole warp. */
+template <class T, int EPL>
+__device__ __forceinline__ void rope_row(float x[EPL], const float sn[EPL], const float cs[EPL],
+                                         bool neox, int lane) {
+    float y[EPL];
+    if (neox) {
+        const bool low = lane < 16; /* elements below Dh/2 */
+#pragma unroll
+        for (int e = 0; e < EPL; e++) {
+            const float other = __shfl_xor_sync(0xffffffffu, x[e], 16);
+            y[e] = low ? x[e] * cs[e] - other * sn[e] : x[e] * cs[e] + other * sn[e];
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < EPL; e += 2) {
+            y[e] = x[e] * cs[e] - x[e + 1] * sn[e];
+            y[e + 1] = x[e + 1] * cs[e] + x[e] * sn[e];
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < EPL; e++) {
+        T h;
+        ck_from_f32(&h, y[e]);
+        x[e] = ck_to_f32(h);
+    }
+}
+
+/* Flash-decoding over (head, split) items, one a block at a time: warp w
+ * takes keys p0 + w, p0 + w + 8, ... (lanes across Dh), keeps a running
+ * max, sum and output; the block merges its warps; a head of one split
+ * writes out directly, else the split's partial goes to work and the last
+ * split of the head to arrive merges them all. */
+template <class T, int EPL>
+__device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag) {
+    constexpr int Dh = 32 * EPL, ATT_U = att_keys<EPL>::n;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int H = op.attn.H, Hkv = op.attn.Hkv, BS = op.attn.BS;
+    const int ctx = op.attn.pos[0] + 1;
+    const int32_t *bt = op.attn.block_tables + (int64_t)op.attn.seq[0] * op.attn.max_blocks;
+    /* about one item a block, at least 32 keys a split (fewer splits, each
+     * walked in more rounds, measured slower: 14.4 against 10.0 us a layer
+     * at 128..256 positions with two rounds of 8 keys a warp, H200,
+     * 2026-11-30) */
+    int n_split = (int)gridDim.x / H;
+    n_split = min(max(n_split, 1), min(op.attn.max_splits, (ctx + 31) / 32));
+    const int split_len = (ctx + n_split - 1) / n_split;
+    n_split = (ctx + split_len - 1) / split_len;
+    const T *kpool = static_cast<const T *>(op.attn.k_pool);
+    const T *vpool = static_cast<const T *>(op.attn.v_pool);
+    const T *qkv = static_cast<const T *>(op.attn.qkv);
+    constexpr int PART = Dh + 2;
+    /* the angles of this lane's elements at pos (neox: element i and i +
+     * Dh/2 share frequency i; gptj: 2i and 2i + 1 share i) */
+    float sn[EPL], cs[EPL];
+#pragma unroll
+    for (int e = 0; e < EPL; e++) {
+        const int i = lane * EPL + e;
+        const int f = op.attn.neox ? i % (Dh / 2) : i / 2;
+        sincosf((float)(ctx - 1) * op.attn.inv_freq[f], &sn[e], &cs[e]);
+    }
+
+    for (int item = blockIdx.x; item < H * n_split; item += gridDim.x) {
+        const int h = item / n_split, sp = item % n_split, kvh = h / (H / Hkv);
+        const int p0 = sp * split_len, p1 = min(ctx, p0 + split_len);
+        float q[EPL];
+        load_row<T, EPL>(qkv + (int64_t)h * Dh + lane * EPL, q);
+        rope_row<T, EPL>(q, sn, cs, op.attn.neox, lane);
+#pragma unroll
+        for (int e = 0; e < EPL; e++)
+            q[e] *= op.attn.scale;
+        float m = -INFINITY, l = 0.0f, o[EPL];
+#pragma unroll
+        for (int e = 0; e < EPL; e++)
+            o[e] = 0.0f;
+        for (int p = p0 + warp; p < p1; p += kWarps * ATT_U) {
+            float kf[ATT_U][EPL], vf[ATT_U][EPL];
+#pragma unroll
+            for (int u = 0; u < ATT_U; u++) {
+                const int pp = p + u * kWarps;
+                if (pp >= p1)
+                    continue;
+                const int64_t at =
+                    (((int64_t)bt[pp / BS] * Hkv + kvh) * BS + pp % BS) * Dh + lane * EPL;
+                if (pp == ctx - 1) {
+                    /* this step's k and v: from qkv, k rotated here; the
+                     * group's first head puts them in the pool for the
+                     * steps after */
+                    load_row<T, EPL>(qkv + (int64_t)(H + kvh) * Dh + lane * EPL, kf[u]);
+                    load_row<T, EPL>(qkv + (int64_t)(H + Hkv + kvh) * Dh + lane * EPL, vf[u]);
+                    rope_row<T, EPL>(kf[u], sn, cs, op.attn.neox, lane);
+                    if (h % (H / Hkv) == 0) {
+                        T *kp = const_cast<T *>(kpool) + at, *vp = const_cast<T *>(vpool) + at;
+#pragma unroll
+                        for (int e = 0; e < EPL; e++) {
+                            ck_from_f32(kp + e, kf[u][e]);
+                            ck_from_f32(vp + e, vf[u][e]);
+                        }
+                    }
+                } else {
+                    load_row<T, EPL>(kpool + at, kf[u]);
+                    load_row<T, EPL>(vpool + at, vf[u]);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < ATT_U; u++) {
+                if (p + u * kWarps >= p1)
+                    break;
+                float s = 0.0f;
+#pragma unroll
+                for (int e = 0; e < EPL; e++)
+                    s = fmaf(q[e], kf[u][e], s);
+                s = warp_sum(s);
+                const float m_new = fmaxf(m, s);
+                const float corr = __expf(m - m_new), pe = __expf(s - m_new);
+                l = l * corr + pe;
+#pragma unroll
+                for (int e = 0; e < EPL; e++)
+                    o[e] = o[e] * corr + pe * vf[u][e];
+                m = m_new;
+            }
+        }
+        /* merge the warps */
+        float *wp = scratch + warp * PART;
+#pragma unroll
+        for (int e = 0; e < EPL; e++)
+            wp[2 + lane * EPL + e] = o[e];
+        if (lane == 0) {
+            wp[0] = m;
+            wp[1] = l;
+        }
+        consumers_sync();
+        float M = -INFINITY, L = 0.0f, O = 0.0f;
+        if (tid < Dh) {
+#pragma unroll
+            for (int w = 0; w < kWarps; w++)
+                M = fmaxf(M, scratch[w * PART]);
+#pragma unroll
+            for (int w = 0; w < kWarps; w++) {
+                const float c = scratch[w * PART + 1] > 0.0f ? __expf(scratch[w * PART] - M) : 0.0f;
+                L += scratch[w * PART + 1] * c;
+                O += scratch[w * PART + 2 + tid] * c;
+            }
+        }
+        T *out = static_cast<T *>(op.attn.out) + (int64_t)h * Dh;
+        if (n_split == 1) {
+            if (tid < Dh)
+                ck_from_f32(out + tid, O / L);
+        } else {
+            float *part = op.attn.work + ((int64_t)h * op.attn.max_splits + sp) * PART;
+            if (tid < Dh)
+                part[2 + tid] = O;
+            if (tid == 0) {
+                part[0] = M;
+                part[1] = L;
+            }
+            __threadfence();
+            consumers_sync();
+            if (tid == 0)
+                *flag = atomicAdd(&op.attn.arrived[h], 1) == n_split - 1;
+            consumers_sync();
+            if (*flag) { /* the head's last split: merge them all */
+                __threadfence();
+                if (tid < Dh) {
+                    const float *hp = op.attn.work + (int64_t)h * op.attn.max_splits * PART;
+                    float MM = -INFINITY, LL = 0.0f, OO = 0.0f;
+                    for (int s = 0; s < n_split; s++)
+                        MM = fmaxf(MM, __ldcg(hp + s * PART));
+                    for (int s = 0; s < n_split; s++) {
+                        const float c = __expf(__ldcg(hp + s * PART) - MM);
+                        LL += __ldcg(hp + s * PART + 1) * c;
+                        OO += __ldcg(hp + s * PART + 2 + tid) * c;
+                    }
+                    ck_from_f32(out + tid, OO / LL);
+                }
+                if (tid == 0)
+                    op.attn.arrived[h] = 0; /* for the next layer */
+            }
+        }
+        consumers_sync(); /* scratch is reused by the next item */
+    }
+}
+
+/* as ck_swiglu: h = g / (1 + exp(-g)) * u */
+template <class T> __device__ void swiglu_op(const ck_pstep_op &op) {
+    const int F = op.swiglu.F;
+    for (int i = blockIdx.x * kConsumers + threadIdx.x; i < F; i += gridDim.x * kConsumers) {
+        float g, u;
+        if (op.swiglu.gu_ck) {
+            g = ck_to_f32(__ldcg(static_cast<const T *>(op.swiglu.gu) + i));
+            u = ck_to_f32(__ldcg(static_cast<const T *>(op.swiglu.gu) + F + i));
+        } else {
+            g = __ldcg(static_cast<const float *>(op.swiglu.gu) + i);
+            u = __ldcg(static_cast<const float *>(op.swiglu.gu) + F + i);
+        }
+        ck_from_f32(static_cast<T *>(op.swiglu.h) + i, g / (1.0f + __expf(-g)) * u);
+    }
+}
+
+template <class T> __device__ void gather_op(const ck_pstep_op &op) {
+    const int D = op.gather.D;
+    const T *x = static_cast<const T *>(op.gather.x) + (int64_t)op.gather.row[0] * op.gather.ldx;
+    for (int d = blockIdx.x * kConsumers + threadIdx.x; d < D; d += gridDim.x * kConsumers)
+        static_cast<T *>(op.gather.y)[d] = __ldcg(x + d);
+}
+
+template <class T, int EPL>
+__global__ void __launch_bounds__(kThreads, 1)
+    pstep_kernel(const ck_pstep_op *__restrict__ prog, int n_op, unsigned *sync, uint64_t *trace) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    __shared__ uint64_t full[kStages], empty[kStages];
+    __shared__ float scratch[kWarps];
+    __shared__ int flag;
+    uint8_t *ring = smem;
+    uint16_t *xs = reinterpret_cast<uint16_t *>(smem + kRingBytes);
+    float *acc = reinterpret_cast<float *>(smem + kRingBytes + kXBytes);
+    static_assert(kWarps * (32 * EPL + 2) * 4 <= kXBytes, "attention merge fits in x's place");
+
+    if (threadIdx.x == 0) {
+        for (int st = 0; st < kStages; st++) {
+            mbar_init(&full[st], 1);
+            mbar_init(&empty[st], kWarps);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x >= kConsumers) {
+        if (threadIdx.x == kConsumers)
+            produce(prog, n_op, ring, full, empty);
+        return;
+    }
+    int piece = 0;
+    unsigned barriers = 0;
+    for (int i = 0; i < n_op; i++) {
+        const ck_pstep_op &op = prog[i];
+        switch (op.kind) {
+        case CKP_EMBED: embed_op<T>(op); break;
+        case CKP_NORM: norm_op<T>(op, scratch); break;
+        case CKP_GEMV: gemv_op<T>(op, ring, xs, acc, full, empty, piece, scratch); break;
+        case CKP_ATTN: attn_op<T, EPL>(op, reinterpret_cast<float *>(xs), &flag); break;
+        case CKP_SWIGLU: swiglu_op<T>(op); break;
+        case CKP_GATHER: gather_op<T>(op); break;
+        }
+        if (i + 1 < n_op)
+            grid_sync(sync, ++barriers * gridDim.x, trace ? trace + 3 * i : nullptr);
+    }
+}
+
+int n_sm_cached = 0;
+
+template <class T, int EPL>
+void pstep_launch(cudaStream_t s, const ck_pstep_op *ops, int n_op, unsigned *sync,
+                  uint64_t *trace) {
+    auto kernel = pstep_kernel<T, EPL>;
+    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    /* every block must be resident at once (the grid barrier): a
+     * cooperative launch guarantees it or fails */
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeCooperative;
+    attr.val.cooperative = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)ck_pstep_blocks());
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = kSmemBytes;
+    cfg.stream = s;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&cfg, kernel, ops, n_op, sync, trace);
+}
+
+} // namespace
+
+/* whether one block fits on an SM (registers, shared memory): the grid
+ * barrier needs every block resident */
+template <class T, int EPL> bool pstep_fits() {
+    auto kernel = pstep_kernel<T, EPL>;
+    int n = 0;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                kSmemBytes) == cudaSuccess &&
+           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, kSmemBytes) ==
+               cudaSuccess &&
+           n >= 1;
+}
+
+extern "C" int ck_pstep_supported(ck_dtype dt, int dh) {
+    if (dh != 64 && dh != 128)
+        return 0;
+    bool ok = false;
+    if (dh == 64)
+        CK_DISPATCH(dt, ok = pstep_fits<T, 2>());
+    else
+        CK_DISPATCH(dt, ok = pstep_fits<T, 4>());
+    (void)cudaGetLastError();
+    return ok;
+}
+
+extern "C" int ck_pstep_blocks(void) {
+    if (n_sm_cached == 0) {
+        int dev = 0;
+        (void)cudaGetDevice(&dev);
+        (void)cudaDeviceGetAttribute(&n_sm_cached, cudaDevAttrMultiProcessorCount, dev);
+    }
+    return n_sm_cached;
+}
+
+extern "C" void ck_pstep_run(cudaStream_t s, const ck_pstep_op *ops, int n_op, unsigned *sync,
+                             ck_dtype dt, int dh, uint64_t *trace) {
+    if (n_op <= 0)
+        return;
+    (void)cudaMemsetAsync(sync, 0, sizeof *sync, s);
+    if (dh == 64)
+        CK_DISPATCH(dt, pstep_launch<T, 2>(s, ops, n_op, sync, trace));
+    else
+        CK_DISPATCH(dt, pstep_launch<T, 4>(s, ops, n_op, sync, trace));
+}
