@@ -264,6 +264,19 @@ __device__ void norm_into(const float *x, const float *w, float eps, int D, T *y
     }
 }
 
+/* A warp's running sum belongs to row `cur` (-1: none yet). For another
+ * row, the lanes' sum goes to the warp's slot of cur and a new sum starts. */
+__device__ __forceinline__ void start_row(int row, int &cur, float &part, float *my_acc,
+                                          int lane) {
+    if (row == cur)
+        return;
+    const float v = warp_sum(part);
+    if (cur >= 0 && lane == 0)
+        my_acc[cur] = v;
+    cur = row;
+    part = 0.0f;
+}
+
 template <class T>
 __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, uint16_t *xs, float *acc,
                         uint64_t *full, uint64_t *empty, int &piece, float *scratch) {
@@ -310,13 +323,7 @@ __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, uint16_t *xs
         mbar_wait(&full[st], (unsigned)(piece / kStages) & 1u);
         if (s0 + kSegPerWarp <= n_seg && col + kSegPerWarp <= seg_per_row) {
             /* the usual case: the whole run in one row, its loads first */
-            if (row != cur) {
-                const float v = warp_sum(part);
-                if (cur >= 0 && lane == 0)
-                    my_acc[cur] = v;
-                cur = row;
-                part = 0.0f;
-            }
+            start_row(row, cur, part, my_acc, lane);
             uint4 wv[kSegPerWarp], xv[kSegPerWarp];
 #pragma unroll
             for (int u = 0; u < kSegPerWarp; u++) {
@@ -341,13 +348,7 @@ __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, uint16_t *xs
             /* a run across a row boundary, or past the slice's end */
             for (int u = 0; u < kSegPerWarp && s0 + u < n_seg; u++) {
                 const int r = (g0 + u) / seg_per_row;
-                if (r != cur) {
-                    const float v = warp_sum(part);
-                    if (cur >= 0 && lane == 0)
-                        my_acc[cur] = v;
-                    cur = r;
-                    part = 0.0f;
-                }
+                start_row(r, cur, part, my_acc, lane);
                 float wf[8], xf[8];
                 unpack8<T>(w4[u * 32], wf);
                 unpack8<T>(xs4[(g0 + u - r * seg_per_row) * 32 + lane], xf);
@@ -360,11 +361,7 @@ __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, uint16_t *xs
         if (lane == 0)
             mbar_arrive(&empty[st]); /* the producer may refill the stage */
     }
-    {
-        const float v = warp_sum(part);
-        if (cur >= 0 && lane == 0)
-            my_acc[cur] = v;
-    }
+    start_row(-1, cur, part, my_acc, lane); /* the last row's sum */
     consumers_sync();
     for (int r = tid; r < n_rows; r += kConsumers) {
         float v = 0.0f;
