@@ -129,7 +129,7 @@ typedef struct {
     } pending_rope;
     struct { /* a norm recorded but not yet placed: the next GEMV may take it */
         bool on;
-        float *x;
+        const float *x;
         const float *w;
         void *y;
         float eps;
@@ -774,9 +774,10 @@ static void pstep_run(cuda_backend *c) {
 }
 
 /* if dx: x += dx; y = rmsnorm(x) * w. The add goes into the GEMVs that
- * just wrote dx, when they did (each adds its rows to x instead of writing
- * them), and the norm waits for the next GEMV: if it reads y, every block
- * normalises x itself and y is never written. */
+ * just wrote dx (each adds its rows to x instead of writing them; the
+ * forward pass always makes dx just before), and the norm waits for the
+ * next GEMV: if it reads y, every block normalises x itself and y is never
+ * written. */
 static void pstep_norm(cuda_backend *c, const be_tensor *x, const be_tensor *dx, be_tensor *y,
                        const be_vector *w, float eps) {
     pstep_flush_norm(c);
@@ -795,17 +796,11 @@ static void pstep_norm(cuda_backend *c, const be_tensor *x, const be_tensor *dx,
                 g->resid = (float *)x->data + ((const uint8_t *)g->y - lo) / (ptrdiff_t)elem;
                 g->y = NULL;
             }
-        } else { /* dx came from elsewhere: the add and norm as one op */
-            ck_pstep_op *op = pstep_push(c, CKP_NORM);
-            if (!op)
-                return;
-            op->norm.x = x->data;
-            op->norm.dx = dx->data;
-            op->norm.dx_ck = dx->narrow;
-            op->norm.w = w->data;
-            op->norm.y = y->data;
-            op->norm.eps = eps;
-            op->norm.D = (int32_t)x->cols;
+        } else {
+            if (c->step_status == HR_OK)
+                c->step_status = hr_err_set(&c->step_err, HR_ERR_INVALID,
+                                            "cuda: persistent step: a residual add whose "
+                                            "addend the GEMV before did not make");
             return;
         }
     }
@@ -928,13 +923,13 @@ static void cuda_rope_kv_store(hr_backend *b, int32_t layer, be_tensor *qkv,
     (void)inv_freq; /* the device copy made at setup */
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
-    size_t off = (size_t)layer * c->kv_layer_bytes;
     if (c->pstep) { /* the attention that follows rotates and stores */
         c->pending_rope.qkv = qkv->data;
         c->pending_rope.neox = style == ROPE_STYLE_NEOX;
         return;
     }
     mark(c, "rope_kv_store", 0, 0);
+    size_t off = (size_t)layer * c->kv_layer_bytes;
     ck_rope_kv_store(c->stream, qkv->data, qkv->ld, c->k_pool + off, c->v_pool + off, c->dt,
                      meta(c, c->o_pos), meta(c, c->o_slot), c->inv_freq,
                      style == ROPE_STYLE_NEOX, c->n_rows, n_head, n_head_kv, head_dim,

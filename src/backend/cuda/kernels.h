@@ -163,7 +163,7 @@ int64_t ck_attention_work_floats(int max_rows, int H, int Dh, int n_splits, int 
 
 typedef enum {
     CKP_EMBED,  /* x f32 = table[token] */
-    CKP_NORM,   /* if dx: x += dx; y ck = x / rms(x) * w (block 0) */
+    CKP_NORM,   /* y ck = x / rms(x) * w (block 0): a norm no GEMV takes */
     CKP_GEMV,   /* y = x ck . W^T (+ bias), y f32 or ck */
     CKP_ATTN,   /* out ck = attention of q (rotated) over the positions 0..pos;
                    this step's k (rotated) and v into the pools first */
@@ -197,12 +197,11 @@ typedef struct {
             int32_t D;
         } embed;
         struct {
-            float *x;
-            const void *dx; /* NULL: no add */
+            const float *x;
             const float *w;
             void *y;
             float eps;
-            int32_t dx_ck, D;
+            int32_t D;
         } norm;
         ck_pstep_gemv gemv;
         struct {

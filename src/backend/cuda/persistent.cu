@@ -393,33 +393,11 @@ template <class T> __device__ void embed_op(const ck_pstep_op &op) {
         op.embed.x[d] = ck_to_f32(row[d]);
 }
 
-/* as ck_add_rmsnorm for one row, on block 0 (the final norm, or a norm no
- * GEMV took): if dx, x += dx; then y = w * (x / rms(x)) */
+/* the final norm (the one no GEMV takes), on block 0: y = w * (x / rms(x)) */
 template <class T> __device__ void norm_op(const ck_pstep_op &op, float *scratch) {
-    if (blockIdx.x != 0)
-        return;
-    const int D = op.norm.D;
-    float *x = op.norm.x;
-    for (int d0 = 0; op.norm.dx && d0 < D; d0 += kNormPer * kConsumers) {
-        float v[kNormPer], dv[kNormPer];
-#pragma unroll
-        for (int j = 0; j < kNormPer; j++) {
-            const int d = d0 + threadIdx.x + j * kConsumers;
-            v[j] = d < D ? __ldcg(x + d) : 0.0f;
-            dv[j] = 0.0f;
-            if (d < D)
-                dv[j] = op.norm.dx_ck ? ck_to_f32(__ldcg(static_cast<const T *>(op.norm.dx) + d))
-                                      : __ldcg(static_cast<const float *>(op.norm.dx) + d);
-        }
-#pragma unroll
-        for (int j = 0; j < kNormPer; j++) {
-            const int d = d0 + threadIdx.x + j * kConsumers;
-            if (d < D)
-                x[d] = v[j] + dv[j];
-        }
-    }
-    consumers_sync();
-    norm_into(x, op.norm.w, op.norm.eps, D, static_cast<T *>(op.norm.y), scratch);
+    if (blockIdx.x == 0)
+        norm_into(op.norm.x, op.norm.w, op.norm.eps, op.norm.D, static_cast<T *>(op.norm.y),
+                  scratch);
 }
 
 /* EPL elements of a K or V row a lane (Dh = 32 EPL) as floats */
