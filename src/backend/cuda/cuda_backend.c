@@ -136,6 +136,7 @@ typedef struct {
         int32_t D;
     } pending_norm;
     int64_t n_pstep_steps;
+    int pstep_max_k; /* the widest K of the step's GEMVs */
     /* HEADROOM_CUDA_PSTEP_TRACE: per-op timestamps of every step (a
      * diagnostic allocation outside the plan), summed by op kind */
     uint64_t *d_trace, *h_trace;
@@ -263,8 +264,10 @@ static void pstep_trace_collect(cuda_backend *c) {
     for (int32_t i = 1; i + 1 < n; i++) {
         const uint64_t *t = c->h_trace + 3 * i, *prev = t - 3;
         const int k = c->prog_uploaded[i].kind;
-        c->trace_op_us[k] += (double)(t[1] - prev[2]) / 1e3;
-        c->trace_bar_us[k] += (double)(t[2] - t[1]) / 1e3;
+        /* signed: two SMs' reads of the global timer can come out of
+         * order by its granularity when a barrier is shorter */
+        c->trace_op_us[k] += (double)(int64_t)(t[1] - prev[2]) / 1e3;
+        c->trace_bar_us[k] += (double)(int64_t)(t[2] - t[1]) / 1e3;
         c->trace_n[k]++;
     }
 }
@@ -497,18 +500,24 @@ static hr_status cuda_tensor_alloc(hr_backend *b, int64_t rows, int64_t cols, bo
 
 /* ---------------------------------------------------------------- persistent step */
 
+/* The widest K of a decode step's GEMVs (the persistent kernel's x) */
+static int64_t pstep_widest_k(const hr_model_info *in) {
+    const int64_t qo = (int64_t)in->n_head * in->head_dim;
+    const int64_t k = in->n_ff > in->n_embd ? in->n_ff : in->n_embd;
+    return qo > k ? qo : k;
+}
+
 /* Whether this model's decode steps of one row can run as one kernel
  * (persistent.cu's limits); HEADROOM_CUDA_PSTEP=0 keeps them op by op. */
 static bool pstep_eligible(const cuda_backend *c, const hr_model_info *in) {
     const char *env = getenv("HEADROOM_CUDA_PSTEP");
-    if ((env && strcmp(env, "0") == 0) || c->p.attn_naive || in->n_head % in->n_head_kv != 0 ||
-        !ck_pstep_supported(c->dt, in->head_dim))
+    if ((env && strcmp(env, "0") == 0) || c->p.attn_naive || in->n_head % in->n_head_kv != 0)
         return false;
     const int64_t widths[] = {in->n_embd, (int64_t)in->n_head * in->head_dim, in->n_ff};
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
         if (widths[i] % 256 != 0 || widths[i] > CK_PSTEP_MAX_K)
             return false;
-    return true;
+    return ck_pstep_supported(c->dt, in->head_dim, (int)pstep_widest_k(in));
 }
 
 /* The program buffers (memory/sizes.c counts them whether used or not) and
@@ -527,6 +536,7 @@ static hr_status pstep_alloc(cuda_backend *c, hr_error *err) {
     c->prog_uploaded = hr_calloc((size_t)c->cap_prog, sizeof *c->prog_uploaded);
     HR_TRY(own_host(c, c->prog_uploaded, err));
     c->pstep_ok = pstep_eligible(c, in);
+    c->pstep_max_k = (int)pstep_widest_k(in);
     if (c->pstep_ok && getenv("HEADROOM_CUDA_PSTEP_TRACE")) {
         const size_t n = (size_t)c->cap_prog * 3 * sizeof(uint64_t);
         HR_CUDA_TRY(cudaMalloc((void **)&c->d_trace, n));
@@ -768,8 +778,8 @@ static void pstep_run(cuda_backend *c) {
         c->n_uploaded = c->n_prog;
     }
     mark(c, "persistent step", 0, 0);
-    ck_pstep_run(c->stream, c->d_prog, c->n_prog, c->d_psync, c->dt, c->base.info->head_dim,
-                 c->d_trace);
+    ck_pstep_run(c->stream, c->d_prog, c->n_prog, c->pstep_max_k, c->d_psync, c->dt,
+                 c->base.info->head_dim, c->d_trace);
     op_error(c, "persistent step");
 }
 
@@ -1031,6 +1041,19 @@ static void cuda_swiglu(hr_backend *b, be_tensor *h, const be_tensor *gu) {
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
     if (c->pstep) {
+        /* the gate/up GEMV just recorded, one op whose blocks hold at most
+         * CK_PSTEP_ROWS rows when paired: it pairs gate row i with up row
+         * F + i and writes h itself */
+        ck_pstep_gemv *g = c->n_prog > 0 && c->prog[c->n_prog - 1].kind == CKP_GEMV
+                               ? &c->prog[c->n_prog - 1].gemv
+                               : NULL;
+        const int64_t F = h->cols, per_block = (F + ck_pstep_blocks() - 1) / ck_pstep_blocks();
+        if (g && g->y == gu->data && !g->resid && g->N == 2 * F &&
+            2 * per_block <= CK_PSTEP_ROWS) {
+            g->pair = (int32_t)F;
+            g->y = h->data;
+            return;
+        }
         ck_pstep_op *op = pstep_add(c, CKP_SWIGLU);
         if (op) {
             op->swiglu.gu = gu->data;

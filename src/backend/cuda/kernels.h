@@ -182,6 +182,8 @@ typedef struct {
     float *resid;        /* if set, resid += y (rounded to ck first if y_ck) */
     float eps;
     int32_t y_ck, N, K;
+    int32_t pair;        /* if set (F, N = 2F): y (F) ck = silu(row i) * row F + i,
+                            the rows rounded to ck first if y_ck (SwiGLU) */
 } ck_pstep_gemv;
 
 /* One op; pointers are device addresses, fixed for the backend's life (the
@@ -234,8 +236,9 @@ typedef struct {
  * 128, a row of at most CK_PSTEP_MAX_K elements for the row ops. */
 #define CK_PSTEP_MAX_K 16384
 #define CK_PSTEP_ROWS 256
-/* whether the kernel takes this head size and fits on this device */
-int ck_pstep_supported(ck_dtype dt, int dh);
+/* whether the kernel takes this head size and widest K (of any GEMV) and
+ * fits on this device */
+int ck_pstep_supported(ck_dtype dt, int dh, int max_k);
 /* blocks of the kernel (one per SM) */
 int ck_pstep_blocks(void);
 
@@ -243,8 +246,8 @@ int ck_pstep_blocks(void);
  * zeroed here before the kernel (on the stream). trace: NULL, or 3 n_op
  * timestamps (ns) per op i: block 0 done, the last block arrived at the
  * barrier, block 0 past it. */
-void ck_pstep_run(cudaStream_t s, const ck_pstep_op *ops, int n_op, unsigned *sync, ck_dtype dt,
-                  int dh, uint64_t *trace);
+void ck_pstep_run(cudaStream_t s, const ck_pstep_op *ops, int n_op, int max_k, unsigned *sync,
+                  ck_dtype dt, int dh, uint64_t *trace);
 
 /* ---- sampling (sample.cu) */
 

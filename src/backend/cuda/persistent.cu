@@ -17,8 +17,9 @@
  * a ring of shared-memory stages with bulk copies (TMA), as far ahead as the
  * ring allows. The weights depend on no activation, so the producer crosses
  * the barriers freely: while the consumers run the attention or wait at a
- * barrier, the next matrix is already on its way. The ring (kStages x
- * kPiece = 160 KB a block, 21 MB over 132 SMs) covers ~5 us of streaming.
+ * barrier, the next matrix is already on its way. The ring (as many 32 KB
+ * stages as fit beside x, at most 6: 192 KB a block for Llama-2-7B, 25 MB
+ * over 132 SMs) covers ~6 us of streaming.
  *
  * A GEMV: the block's rows [r0, r1) of W are one contiguous run of bytes,
  * cut into pieces of kPiece bytes (the last shorter); warp w takes the w-th
@@ -32,25 +33,38 @@
  * normalises the row itself: no op, no barrier) and each residual add into
  * the GEMV that made the addend (o and down add their rows to x).
  *
- * The other ops: embed and swiglu spread over the blocks; the final norm on
+ * SwiGLU goes into the gate/up GEMV when each block's gate and up rows fit
+ * its acc (a block takes gate rows [a, b) and up rows [F + a, F + b)).
+ *
+ * The other ops: embed (and swiglu, when not folded) spread over the blocks; the final norm on
  * block 0; the attention one (head, split) a block, flash-decoding style,
  * the last split of a head to arrive merging them, with the rotations
  * folded in (q rotated on load, this step's k rotated from qkv and stored
  * with v by the first head of its group).
  *
  * Measured (H200, Llama-2-7B, 128-token prompt, 256 new, 2026-11-30): 246.5
- * tok/s bf16, 247.4 f16, against 232.2 op by op. Per op (HEADROOM_CUDA_PSTEP_
- * TRACE): a GEMV 27.1 us on average (~3.7 TB/s with its barrier), the
- * attention 10.4 us, swiglu 1.6, a barrier 0.2. The way there, per GEMV:
+ * tok/s bf16, 247.4 f16, against 232.2 op by op; 248.0 with 6 stages and
+ * SwiGLU in the gate/up GEMV. Per op (HEADROOM_CUDA_PSTEP_TRACE): a GEMV
+ * 27.1 us on average (~3.7 TB/s with its barrier), the attention 10.4 us,
+ * swiglu 1.6, a barrier 0.2. The way there, per GEMV:
  * warps taking every 8th segment with a division per segment, 49 us (the
  * consumers, not HBM, were the limit: with their arithmetic left out the
  * stream took 24 us); runs of consecutive segments, bit-shift bf16
  * unpacking, all loads first, 29 us; 32 KB pieces x 5 instead of 16 KB x
  * 10, 26.7 us; 20 KB x 9 31.1, 16 KB x 11 29.6 (runs across rows then go
  * the slow way); the norms as their own ops on block 0 cost 7 us each
- * before they were folded into the GEMVs. Not reached: 290 tok/s. The
- * attention still leaves HBM idle for ~5 us a layer (the ring covers the
- * rest), and each GEMV waits for its slowest block.
+ * before they were folded into the GEMVs. Rejected: L2 prefetches (bulk
+ * prefetch.L2) 128, 190 or 320 KB a block ahead of the copies, so that HBM
+ * would stream on while the ring is full: 229.8, 223.5, 200.4 tok/s.
+ *
+ * Where a token's 4078 us go (one call, each part left out in turn, the
+ * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
+ * their x loads and norms 228, the attention 371, the grid barriers 534;
+ * with all of those out the ring alone streams the weights in 2901 us
+ * (4.55 TB/s), 3264 with the barriers kept. So HBM idles whenever the
+ * consumers of all blocks wait at once, which the barriers make them do:
+ * the ring is what HBM needs in flight, with little to spare. Not
+ * reached: 290 tok/s.
  *
  * Registers: 9 warps put 3 on some of an SM's 4 register files (16K each),
  * so a thread gets at most 168 (__launch_bounds__ gives that); a
@@ -73,15 +87,15 @@ constexpr int kSeg = 512;                    /* a warp's bytes at a time: 32 lan
 constexpr int kXBytes = CK_PSTEP_MAX_K * 2;  /* x of a GEMV, ck */
 constexpr int kAccBytes = kWarps * CK_PSTEP_ROWS * 4;
 
-/* the ring: kStages pieces of kPiece bytes */
+/* the ring: n_stages (at most kMaxStages) pieces of kPiece bytes, as many
+ * as shared memory holds beside x (the model's widest K) and acc */
 constexpr int kPiece = 32768;
-constexpr int kStages = 5;
+constexpr int kMaxStages = 6;
 constexpr int kSegPerPiece = kPiece / kSeg;
 constexpr int kSegPerWarp = kSegPerPiece / kWarps; /* a warp's run of a piece */
-constexpr int kRingBytes = kStages * kPiece;
-constexpr int kSmemBytes = kRingBytes + kXBytes + kAccBytes;
-static_assert(kSmemBytes <= 227 * 1024, "a block takes at most 227 KB of shared memory");
+constexpr int kSmemMax = 227 * 1024;               /* a block's shared memory on an H100/H200 */
 static_assert(kPiece % kSeg == 0 && kSegPerPiece % kWarps == 0, "whole runs of segments");
+static_assert(kXBytes + kAccBytes + 5 * kPiece <= kSmemMax, "5 stages at the widest x");
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -186,26 +200,28 @@ __device__ __forceinline__ int2 block_rows(int N) {
 }
 
 /* ---- the producer: every GEMV's share of this block, in program order */
-__device__ void produce(const ck_pstep_op *prog, int n_op, uint8_t *ring, uint64_t *full,
-                        uint64_t *empty) {
+__device__ void produce(const ck_pstep_op *prog, int n_op, uint8_t *ring, int n_stages,
+                        uint64_t *full, uint64_t *empty) {
     uint64_t policy; /* weights are read once a step: let them leave L2 first */
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
     int piece = 0;
     for (int i = 0; i < n_op; i++) {
         if (prog[i].kind != CKP_GEMV)
             continue;
-        const int N = prog[i].gemv.N, K = prog[i].gemv.K;
-        const int2 rows = block_rows(N);
-        const uint8_t *src =
-            static_cast<const uint8_t *>(prog[i].gemv.W) + (int64_t)rows.x * K * 2;
-        const int64_t bytes = (int64_t)(rows.y - rows.x) * K * 2;
-        for (int64_t off = 0; off < bytes; off += kPiece, piece++) {
-            const int st = piece % kStages;
-            if (piece >= kStages) /* its previous piece consumed by all warps */
-                mbar_wait(&empty[st], (unsigned)(piece / kStages - 1) & 1u);
+        const ck_pstep_gemv &g = prog[i].gemv;
+        const int2 rows = block_rows(g.pair ? g.pair : g.N);
+        const int64_t bytes = (int64_t)(rows.y - rows.x) * g.K * 2;
+        for (int run = 0; run < (g.pair ? 2 : 1); run++) { /* paired: gate rows, then up rows */
+          const uint8_t *src = static_cast<const uint8_t *>(g.W) +
+                               ((int64_t)run * g.pair + rows.x) * g.K * 2;
+          for (int64_t off = 0; off < bytes; off += kPiece, piece++) {
+            const int st = piece % n_stages;
+            if (piece >= n_stages) /* its previous piece consumed by all warps */
+                mbar_wait(&empty[st], (unsigned)(piece / n_stages - 1) & 1u);
             const unsigned len = (unsigned)min((int64_t)kPiece, bytes - off);
             mbar_arrive_expect(&full[st], len);
             bulk_copy(ring + st * kPiece, src + off, len, &full[st], policy);
+          }
         }
     }
 }
@@ -278,12 +294,13 @@ __device__ __forceinline__ void start_row(int row, int &cur, float &part, float 
 }
 
 template <class T>
-__device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, uint16_t *xs, float *acc,
-                        uint64_t *full, uint64_t *empty, int &piece, float *scratch) {
+__device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, int n_stages, uint16_t *xs,
+                        float *acc, uint64_t *full, uint64_t *empty, int &piece, float *scratch) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int N = op.gemv.N, K = op.gemv.K;
-    const int2 rows = block_rows(N);
-    const int n_rows = rows.y - rows.x;
+    const int K = op.gemv.K, pair = op.gemv.pair, n_runs = pair ? 2 : 1;
+    const int2 rows = block_rows(pair ? pair : op.gemv.N);
+    const int n_run = rows.y - rows.x; /* rows of a run; local rows run * n_run + r */
+    const int n_rows = n_runs * n_run;
     if (op.gemv.norm_x) {
         norm_into(op.gemv.norm_x, op.gemv.norm_w, op.gemv.eps, K, reinterpret_cast<T *>(xs),
                   scratch);
@@ -312,15 +329,16 @@ __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, uint16_t *xs
     float *my_acc = acc + warp * n_rows;
     int cur = -1; /* the row of this warp's running sum */
     float part = 0.0f;
-    const int64_t bytes = (int64_t)n_rows * K * 2;
+    const int64_t bytes = (int64_t)n_run * K * 2;
+    for (int run = 0; run < n_runs; run++)
     for (int64_t off = 0; off < bytes; off += kPiece, piece++) {
-        const int st = piece % kStages;
+        const int st = piece % n_stages;
         const int n_seg = (int)(min((int64_t)kPiece, bytes - off) / kSeg);
         const int s0 = warp * kSegPerWarp; /* this warp's run of the piece */
         const int g0 = (int)(off / kSeg) + s0;
-        const int row = g0 / seg_per_row, col = g0 - row * seg_per_row;
+        const int row = run * n_run + g0 / seg_per_row, col = g0 % seg_per_row;
         const uint4 *w4 = reinterpret_cast<const uint4 *>(ring + st * kPiece) + s0 * 32 + lane;
-        mbar_wait(&full[st], (unsigned)(piece / kStages) & 1u);
+        mbar_wait(&full[st], (unsigned)(piece / n_stages) & 1u);
         if (s0 + kSegPerWarp <= n_seg && col + kSegPerWarp <= seg_per_row) {
             /* the usual case: the whole run in one row, its loads first */
             start_row(row, cur, part, my_acc, lane);
@@ -347,11 +365,11 @@ __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, uint16_t *xs
         } else {
             /* a run across a row boundary, or past the slice's end */
             for (int u = 0; u < kSegPerWarp && s0 + u < n_seg; u++) {
-                const int r = (g0 + u) / seg_per_row;
+                const int r = run * n_run + (g0 + u) / seg_per_row;
                 start_row(r, cur, part, my_acc, lane);
                 float wf[8], xf[8];
                 unpack8<T>(w4[u * 32], wf);
-                unpack8<T>(xs4[(g0 + u - r * seg_per_row) * 32 + lane], xf);
+                unpack8<T>(xs4[((g0 + u) % seg_per_row) * 32 + lane], xf);
 #pragma unroll
                 for (int e = 0; e < 8; e++)
                     part = fmaf(wf[e], xf[e], part);
@@ -363,6 +381,30 @@ __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, uint16_t *xs
     }
     start_row(-1, cur, part, my_acc, lane); /* the last row's sum */
     consumers_sync();
+    if (pair) { /* gate row r and up row r: h = silu(g) * u, as ck_swiglu */
+        for (int r = tid; r < n_run; r += kConsumers) {
+            float g = 0.0f, u = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kWarps; w++) {
+                g += acc[w * n_rows + r];
+                u += acc[w * n_rows + n_run + r];
+            }
+            const int row = rows.x + r;
+            if (op.gemv.bias) {
+                g += op.gemv.bias[row];
+                u += op.gemv.bias[pair + row];
+            }
+            if (op.gemv.y_ck) { /* the gate/up product was kept narrow */
+                T hg, hu;
+                ck_from_f32(&hg, g);
+                ck_from_f32(&hu, u);
+                g = ck_to_f32(hg);
+                u = ck_to_f32(hu);
+            }
+            ck_from_f32(static_cast<T *>(op.gemv.y) + row, g / (1.0f + __expf(-g)) * u);
+        }
+        return;
+    }
     for (int r = tid; r < n_rows; r += kConsumers) {
         float v = 0.0f;
 #pragma unroll
@@ -627,18 +669,18 @@ template <class T> __device__ void gather_op(const ck_pstep_op &op) {
 
 template <class T, int EPL>
 __global__ void __launch_bounds__(kThreads, 1)
-    pstep_kernel(const ck_pstep_op *__restrict__ prog, int n_op, unsigned *sync, uint64_t *trace) {
+    pstep_kernel(const ck_pstep_op *__restrict__ prog, int n_op, int x_bytes, int n_stages,
+                 unsigned *sync, uint64_t *trace) {
     extern __shared__ __align__(128) uint8_t smem[];
-    __shared__ uint64_t full[kStages], empty[kStages];
+    __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
     __shared__ float scratch[kWarps];
     __shared__ int flag;
-    uint8_t *ring = smem;
-    uint16_t *xs = reinterpret_cast<uint16_t *>(smem + kRingBytes);
-    float *acc = reinterpret_cast<float *>(smem + kRingBytes + kXBytes);
-    static_assert(kWarps * (32 * EPL + 2) * 4 <= kXBytes, "attention merge fits in x's place");
+    uint16_t *xs = reinterpret_cast<uint16_t *>(smem);
+    float *acc = reinterpret_cast<float *>(smem + x_bytes);
+    uint8_t *ring = smem + x_bytes + kAccBytes;
 
     if (threadIdx.x == 0) {
-        for (int st = 0; st < kStages; st++) {
+        for (int st = 0; st < n_stages; st++) {
             mbar_init(&full[st], 1);
             mbar_init(&empty[st], kWarps);
         }
@@ -647,7 +689,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     if (threadIdx.x >= kConsumers) {
         if (threadIdx.x == kConsumers)
-            produce(prog, n_op, ring, full, empty);
+            produce(prog, n_op, ring, n_stages, full, empty);
         return;
     }
     int piece = 0;
@@ -657,7 +699,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         switch (op.kind) {
         case CKP_EMBED: embed_op<T>(op); break;
         case CKP_NORM: norm_op<T>(op, scratch); break;
-        case CKP_GEMV: gemv_op<T>(op, ring, xs, acc, full, empty, piece, scratch); break;
+        case CKP_GEMV:
+            gemv_op<T>(op, ring, n_stages, xs, acc, full, empty, piece, scratch);
+            break;
         case CKP_ATTN: attn_op<T, EPL>(op, reinterpret_cast<float *>(xs), &flag); break;
         case CKP_SWIGLU: swiglu_op<T>(op); break;
         case CKP_GATHER: gather_op<T>(op); break;
@@ -669,11 +713,27 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 int n_sm_cached = 0;
 
+/* Shared memory: x (the widest K, and the attention's merge), acc, then
+ * as many ring stages as fit. */
+struct pstep_layout {
+    int x_bytes, n_stages, smem;
+};
+
+pstep_layout layout_for(int max_k, int dh) {
+    pstep_layout L;
+    const int x = max(max_k * 2, kWarps * (dh + 2) * 4);
+    L.x_bytes = (x + 127) / 128 * 128;
+    L.n_stages = min(kMaxStages, (kSmemMax - L.x_bytes - kAccBytes) / kPiece);
+    L.smem = L.x_bytes + kAccBytes + L.n_stages * kPiece;
+    return L;
+}
+
 template <class T, int EPL>
-void pstep_launch(cudaStream_t s, const ck_pstep_op *ops, int n_op, unsigned *sync,
+void pstep_launch(cudaStream_t s, const ck_pstep_op *ops, int n_op, int max_k, unsigned *sync,
                   uint64_t *trace) {
     auto kernel = pstep_kernel<T, EPL>;
-    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    const pstep_layout L = layout_for(max_k, 32 * EPL);
+    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L.smem);
     /* every block must be resident at once (the grid barrier): a
      * cooperative launch guarantees it or fails */
     cudaLaunchAttribute attr;
@@ -682,35 +742,37 @@ void pstep_launch(cudaStream_t s, const ck_pstep_op *ops, int n_op, unsigned *sy
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)ck_pstep_blocks());
     cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = kSmemBytes;
+    cfg.dynamicSmemBytes = (size_t)L.smem;
     cfg.stream = s;
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
-    (void)cudaLaunchKernelEx(&cfg, kernel, ops, n_op, sync, trace);
+    (void)cudaLaunchKernelEx(&cfg, kernel, ops, n_op, L.x_bytes, L.n_stages, sync, trace);
 }
-
-} // namespace
 
 /* whether one block fits on an SM (registers, shared memory): the grid
  * barrier needs every block resident */
-template <class T, int EPL> bool pstep_fits() {
+template <class T, int EPL> bool pstep_fits(int max_k) {
     auto kernel = pstep_kernel<T, EPL>;
+    const pstep_layout L = layout_for(max_k, 32 * EPL);
     int n = 0;
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                kSmemBytes) == cudaSuccess &&
-           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, kSmemBytes) ==
+    return L.n_stages >= 2 &&
+           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L.smem) ==
+               cudaSuccess &&
+           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, L.smem) ==
                cudaSuccess &&
            n >= 1;
 }
 
-extern "C" int ck_pstep_supported(ck_dtype dt, int dh) {
-    if (dh != 64 && dh != 128)
+} // namespace
+
+extern "C" int ck_pstep_supported(ck_dtype dt, int dh, int max_k) {
+    if ((dh != 64 && dh != 128) || max_k > CK_PSTEP_MAX_K)
         return 0;
     bool ok = false;
     if (dh == 64)
-        CK_DISPATCH(dt, ok = pstep_fits<T, 2>());
+        CK_DISPATCH(dt, ok = pstep_fits<T, 2>(max_k));
     else
-        CK_DISPATCH(dt, ok = pstep_fits<T, 4>());
+        CK_DISPATCH(dt, ok = pstep_fits<T, 4>(max_k));
     (void)cudaGetLastError();
     return ok;
 }
@@ -724,13 +786,13 @@ extern "C" int ck_pstep_blocks(void) {
     return n_sm_cached;
 }
 
-extern "C" void ck_pstep_run(cudaStream_t s, const ck_pstep_op *ops, int n_op, unsigned *sync,
-                             ck_dtype dt, int dh, uint64_t *trace) {
+extern "C" void ck_pstep_run(cudaStream_t s, const ck_pstep_op *ops, int n_op, int max_k,
+                             unsigned *sync, ck_dtype dt, int dh, uint64_t *trace) {
     if (n_op <= 0)
         return;
     (void)cudaMemsetAsync(sync, 0, sizeof *sync, s);
     if (dh == 64)
-        CK_DISPATCH(dt, pstep_launch<T, 2>(s, ops, n_op, sync, trace));
+        CK_DISPATCH(dt, pstep_launch<T, 2>(s, ops, n_op, max_k, sync, trace));
     else
-        CK_DISPATCH(dt, pstep_launch<T, 4>(s, ops, n_op, sync, trace));
+        CK_DISPATCH(dt, pstep_launch<T, 4>(s, ops, n_op, max_k, sync, trace));
 }
