@@ -37,7 +37,7 @@ if [[ $what == *checks* ]]; then
   echo "== backend ops vs cpu";  $T 90 $D/test_backend_ops   2>&1 | tee $OUT/test_backend_ops.txt | tail -80
   echo "== models vs reference"; $T 90 $D/test_cuda_model    2>&1 | tee $OUT/test_cuda_model.txt | tail -30
   echo "== persistent step vs op by op"
-  $T 150 $D/test_cuda_pstep 2>&1 | tee $OUT/test_cuda_pstep.txt | tail -20
+  $T 300 $D/test_cuda_pstep 2>&1 | tee $OUT/test_cuda_pstep.txt | tail -20
 fi
 B="$D/headroom bench --device cuda --json"
 if [[ $what == *bench* ]]; then

@@ -6,7 +6,8 @@
  * real models, in one step that mixes a prefill from position 0, a decode
  * row deep into a cached sequence and a prefill continuing a cached one.
  * Attention runs three times per shape: flash, flash with every decode step
- * in one split, and naive.
+ * in one split, and naive. Then a whole layer as a decode step of one row,
+ * which the GPU runs as one persistent kernel at the shapes it takes.
  * One line per (op, shape): NMSE and the worst |a - b| / (atol + rtol |ref|).
  * Without a CUDA device (CI) it prints "SKIP: no CUDA device" and exits 77.
  *
@@ -50,6 +51,9 @@ static const shape shapes[] = {
      * rows of q, k, v and o stay multiples of 8, as the GPU backend needs */
     {"odd 2:2 Dh36", 72, 2, 2, 36, 200, 97, HR_DTYPE_F16, false},
     {"odd 4:4 Dh34", 136, 4, 4, 34, 264, 97, HR_DTYPE_BF16, false},
+    /* shapes the persistent decode step takes (widths % 256, Dh 64 / 128) */
+    {"pstep 4:2 Dh64", 256, 4, 2, 64, 768, 1000, HR_DTYPE_BF16, false},
+    {"pstep 8:2 Dh128 bias f16", 1024, 8, 2, 128, 2560, 999, HR_DTYPE_F16, true},
 };
 
 static uint64_t rng = 0x243F6A8885A308D3ull;
@@ -100,15 +104,16 @@ static model_tensor make_tensor(const char *name, int64_t cols, int64_t rows, hr
 
 typedef struct {
     hr_backend *b;
-    be_weight *wqkv, *wo, *wgu, *emb;
+    be_weight *wqkv, *wo, *wgu, *wdown, *emb;
     be_vector *norm;
     be_tensor x, xb, xp, qkv, att, gu, h, xo, logits;
 } side;
 
 static bool setup_side(side *s, hr_backend *b, model_tensor *const *qkv_parts,
                        model_tensor *const *qkv_bias, const model_tensor *wo,
-                       model_tensor *const *gu_parts, const model_tensor *emb,
-                       const model_tensor *norm, const be_config *cfg, const shape *sh) {
+                       model_tensor *const *gu_parts, const model_tensor *wdown,
+                       const model_tensor *emb, const model_tensor *norm, const be_config *cfg,
+                       const shape *sh) {
     hr_error err;
     const hr_backend_ops *o = b->ops;
     s->b = b;
@@ -119,6 +124,7 @@ static bool setup_side(side *s, hr_backend *b, model_tensor *const *qkv_parts,
               o->weight_create(b, &wo, NULL, 1, &s->wo, &err) == HR_OK &&
               o->weight_create(b, (const model_tensor *const *)gu_parts, NULL, 2, &s->wgu,
                                &err) == HR_OK &&
+              o->weight_create(b, &wdown, NULL, 1, &s->wdown, &err) == HR_OK &&
               o->weight_create(b, &emb, NULL, 1, &s->emb, &err) == HR_OK &&
               o->vector_create(b, norm, &s->norm, &err) == HR_OK &&
               o->tensor_alloc(b, B, sh->D, false, &s->x, &err) == HR_OK &&
@@ -203,6 +209,57 @@ static void add_segment(step_buf *s, const int32_t *bt, int max_blocks, int BS, 
  * the backend is made), or the naive kernel */
 typedef enum { ATTN_FLASH, ATTN_FLASH_ONE_SPLIT, ATTN_NAIVE } attn_mode;
 
+/* A whole layer as a decode step of one row (sequence 1 at position 101):
+ * on the GPU one persistent kernel when the shape allows it (persistent.cu:
+ * norms folded into the GEMVs, rotations into the attention, ...), else op
+ * by op. The tensors the persistent step writes are compared with the CPU's:
+ * the GPU rounds its intermediate activations to the compute type where the
+ * CPU keeps f32, a few roundings along the chain, so the bounds are the
+ * end-to-end ones test_cuda_model holds against transformers. */
+static void check_decode_step(const shape *sh, side *C, side *G, const int32_t *bt,
+                              int max_blocks, int BS, const float *inv_freq) {
+    hr_error err;
+    step_buf dec = {.step = {.block_tables = bt}};
+    add_segment(&dec, bt, max_blocks, BS, 1, 101, 1, true);
+    dec.step.tokens = dec.tokens, dec.step.pos = dec.pos, dec.step.slot = dec.slot;
+    dec.step.segs = dec.segs, dec.step.out_rows = dec.out;
+    const int64_t before = engine_cuda_pstep_steps(G->b);
+    side *sides[2] = {C, G};
+    for (int i = 0; i < 2; i++) {
+        side *s = sides[i];
+        hr_backend *b = s->b;
+        const hr_backend_ops *op = b->ops;
+        CHECK_OK(op->begin_step(b, &dec.step, &err), &err);
+        op->embed(b, &s->x, s->emb);
+        op->rmsnorm(b, &s->xb, &s->x, s->norm, 1e-5f, 1);
+        op->matmul(b, &s->qkv, &s->xb, s->wqkv, 1);
+        op->rope_kv_store(b, 0, &s->qkv, inv_freq, ROPE_STYLE_NEOX, sh->H, sh->Hkv, sh->Dh);
+        op->attention(b, 0, &s->att, &s->qkv);
+        op->matmul(b, &s->xp, &s->att, s->wo, 1);
+        op->add_rmsnorm(b, &s->x, &s->xp, &s->xb, s->norm, 1e-5f);
+        op->matmul(b, &s->gu, &s->xb, s->wgu, 1);
+        op->swiglu(b, &s->h, &s->gu);
+        op->matmul(b, &s->xp, &s->h, s->wdown, 1);
+        op->add_rmsnorm(b, &s->x, &s->xp, &s->xb, s->norm, 1e-5f);
+        op->gather_rows(b, &s->xo, &s->xb);
+        op->matmul(b, &s->logits, &s->xo, s->emb, 1);
+    }
+    static float host[2048];
+    CHECK_OK(C->b->ops->end_step(C->b, &C->logits, host, NULL, NULL, &err), &err);
+    CHECK_OK(G->b->ops->end_step(G->b, &G->logits, NULL, NULL, NULL, &err), &err);
+    compare("step x", sh, C, G, &C->x, &G->x, 1, 3e-2, 3e-2, 1e-3);
+    compare("step att", sh, C, G, &C->att, &G->att, 1, 3e-2, 3e-2, 1e-3);
+    compare("step h", sh, C, G, &C->h, &G->h, 1, 3e-2, 3e-2, 1e-3);
+    compare("step xb", sh, C, G, &C->xb, &G->xb, 1, 3e-2, 3e-2, 1e-3);
+    compare("step logits", sh, C, G, &C->logits, &G->logits, 1, 3e-2, 3e-2, 1e-3);
+    const bool takes = sh->D % 256 == 0 && (sh->H * sh->Dh) % 256 == 0 && sh->F % 256 == 0 &&
+                       (sh->Dh == 64 || sh->Dh == 128);
+    const int64_t ran = engine_cuda_pstep_steps(G->b) - before;
+    printf("%-12s %-26s %s\n", "step", sh->name, ran ? "one persistent kernel" : "op by op");
+    CHECK_MSG(ran == (takes ? 1 : 0), "%s: %lld persistent steps, %d expected", sh->name,
+              (long long)ran, takes ? 1 : 0);
+}
+
 static void run_shape(const shape *sh, attn_mode mode) {
     const bool naive = mode == ATTN_NAIVE, all_ops = mode == ATTN_FLASH;
     hr_error err;
@@ -238,6 +295,7 @@ static void run_shape(const shape *sh, attn_mode mode) {
                  o = make_tensor("o", (int64_t)sh->H * sh->Dh, sh->D, ck, wscale),
                  gt = make_tensor("gate", sh->D, sh->F, ck, wscale),
                  up = make_tensor("up", sh->D, sh->F, ck, wscale),
+                 down = make_tensor("down", sh->F, sh->D, ck, 1.0f / sqrtf((float)sh->F)),
                  emb = make_tensor("emb", sh->D, sh->V, ck, 1.0f),
                  norm = make_tensor("norm", sh->D, 1, HR_DTYPE_F32, 0);
     model_tensor *qkv_parts[3] = {&q, &k, &v}, *qkv_bias[3] = {&bq, &bk, &bv};
@@ -249,8 +307,9 @@ static void run_shape(const shape *sh, attn_mode mode) {
     CHECK_OK(backend_cpu_create(&in, &cp, &cb, &err), &err);
     CHECK_OK(engine_cuda_backend_create(&in, &gp, &gb, &err), &err);
     side C = {0}, G = {0};
-    if (!cb || !gb || !setup_side(&C, cb, qkv_parts, qkv_bias, &o, gu_parts, &emb, &norm, &cfg, sh) ||
-        !setup_side(&G, gb, qkv_parts, qkv_bias, &o, gu_parts, &emb, &norm, &cfg, sh))
+    if (!cb || !gb ||
+        !setup_side(&C, cb, qkv_parts, qkv_bias, &o, gu_parts, &down, &emb, &norm, &cfg, sh) ||
+        !setup_side(&G, gb, qkv_parts, qkv_bias, &o, gu_parts, &down, &emb, &norm, &cfg, sh))
         goto done;
     const hr_backend_ops *co = cb->ops, *go = gb->ops;
     const int64_t qkv_cols = (int64_t)(sh->H + 2 * sh->Hkv) * sh->Dh;
@@ -392,12 +451,14 @@ static void run_shape(const shape *sh, attn_mode mode) {
                       best);
         }
     free(lg);
+    if (all_ops)
+        check_decode_step(sh, &C, &G, bt, max_blocks, BS, inv_freq);
 done:
     if (cb)
         cb->ops->free(cb);
     if (gb)
         gb->ops->free(gb);
-    model_tensor *all[] = {&q, &k, &v, &bq, &bk, &bv, &o, &gt, &up, &emb, &norm};
+    model_tensor *all[] = {&q, &k, &v, &bq, &bk, &bv, &o, &gt, &up, &down, &emb, &norm};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free((void *)all[i]->data);
 }

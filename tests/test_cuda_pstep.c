@@ -16,10 +16,12 @@
  *
  * Shapes: tinyllama-1.1b (head size 64, 8 query heads a kv head) past the
  * persistent step's longest context (the steps after it run op by op), and
- * llama2-7b (head size 128). Both paths round at the same points; they sum
- * in different orders, so a bf16 rounding can differ by one unit here and
- * there: the bounds are the ones test_cuda_model holds against transformers,
- * |a - b| <= 0.03 max|b| + 0.03 |b| and NMSE <= 1e-3.
+ * in f16; llama2-7b (head size 128); llama3-8b (a vocabulary the lm head
+ * takes in several ops, the widest F, 4 query heads a kv head). Both paths
+ * round at the same points; they sum in different orders, so a bf16
+ * rounding can differ by one unit here and there: the bounds are the ones
+ * test_cuda_model holds against transformers, |a - b| <= 0.03 max|b| +
+ * 0.03 |b| and NMSE <= 1e-3.
  * Without a CUDA device it prints "SKIP: no CUDA device" and exits 77.
  */
 #include "backend/cuda/cuda_backend.h"
@@ -30,11 +32,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static hr_engine *engine(const hr_model *m, bool pstep, int32_t n_ctx) {
+static hr_engine *engine(const hr_model *m, hr_dtype dt, bool pstep, int32_t n_ctx) {
     setenv("HEADROOM_CUDA_PSTEP", pstep ? "1" : "0", 1); /* read when the engine is made */
     hr_engine_params ep = hr_engine_params_default();
     ep.device = HR_DEVICE_CUDA;
-    ep.dtype = HR_DTYPE_BF16;
+    ep.dtype = dt;
     ep.n_ctx = n_ctx;
     ep.n_seq_max = 1;
     hr_engine *e = NULL;
@@ -59,17 +61,17 @@ static bool step_one(hr_engine *e, int32_t *token) {
     return true;
 }
 
-static void compare(const char *shape, int32_t n_new) {
+static void compare(const char *shape, hr_dtype dt, int32_t n_new) {
     hr_error err;
     hr_model *m = NULL;
-    CHECK_OK(hr_model_synthetic(shape, HR_DTYPE_BF16, NULL, &m, &err), &err);
+    CHECK_OK(hr_model_synthetic(shape, dt, NULL, &m, &err), &err);
     if (!m)
         return;
     hr_model_info info;
     hr_model_get_info(m, &info);
     const int32_t n_prompt = 8, V = info.n_vocab;
-    hr_engine *ref = engine(m, false, n_prompt + n_new + 8);
-    hr_engine *ps = engine(m, true, n_prompt + n_new + 8);
+    hr_engine *ref = engine(m, dt, false, n_prompt + n_new + 8);
+    hr_engine *ps = engine(m, dt, true, n_prompt + n_new + 8);
     if (!ref || !ps) {
         hr_engine_free(ref);
         hr_engine_free(ps);
@@ -116,11 +118,12 @@ static void compare(const char *shape, int32_t n_new) {
         compared++;
         expect_ps += n_prompt + t - 1 < CUDA_PSTEP_MAX_CTX; /* the position this step fed */
     }
-    const int64_t steps_ps = engine_cuda_pstep_steps(ps), steps_ref = engine_cuda_pstep_steps(ref);
-    printf("%s: %d decode steps compared, max |a-b| %.4g, worst NMSE %.3g, margin %.4g; "
+    const int64_t steps_ps = engine_cuda_pstep_steps(ps->be),
+                  steps_ref = engine_cuda_pstep_steps(ref->be);
+    printf("%s %s: %d decode steps compared, max |a-b| %.4g, worst NMSE %.3g, margin %.4g; "
            "persistent steps %lld (reference engine %lld)\n",
-           shape, compared, worst_diff, worst_nmse, -worst_excess, (long long)steps_ps,
-           (long long)steps_ref);
+           shape, hr_dtype_name(dt), compared, worst_diff, worst_nmse, -worst_excess,
+           (long long)steps_ps, (long long)steps_ref);
     CHECK_MSG(compared == n_new - 1, "%s: %d of %d steps compared", shape, compared, n_new - 1);
     CHECK_MSG(worst_excess <= 0.0, "%s: logits differ beyond bf16 tolerance", shape);
     CHECK_MSG(worst_nmse <= 1e-3, "%s: NMSE %.3g", shape, worst_nmse);
@@ -135,7 +138,11 @@ static void compare(const char *shape, int32_t n_new) {
 int main(void) {
     if (!engine_cuda_available())
         TEST_SKIP("no CUDA device (%s)", engine_cuda_why_not());
-    compare("llama2-7b", 600);
-    compare("tinyllama-1.1b", 4300);
+    compare("llama2-7b", HR_DTYPE_BF16, 600);
+    compare("tinyllama-1.1b", HR_DTYPE_BF16, 4300);
+    compare("tinyllama-1.1b", HR_DTYPE_F16, 300);
+    /* a 128k vocabulary (the lm head in several ops), F = 14336, 4 q heads
+     * a kv head at Dh 128 */
+    compare("llama3-8b", HR_DTYPE_BF16, 200);
     TEST_END();
 }

@@ -103,7 +103,7 @@ const char *engine_cpu_name(void);
 uint64_t engine_host_rss(void);
 hr_status engine_cuda_backend_create(const hr_model_info *info, const be_params *p,
                                      hr_backend **out, hr_error *err);
-/* Decode steps the engine's CUDA backend ran as one kernel (0 on the cpu). */
-int64_t engine_cuda_pstep_steps(const hr_engine *e);
+/* Decode steps a backend ran as one kernel (0 for any but CUDA's). */
+int64_t engine_cuda_pstep_steps(const hr_backend *b);
 
 #endif

@@ -4,6 +4,8 @@
  */
 #include "engine/engine.h"
 
+#include <string.h>
+
 #ifdef HR_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 
@@ -22,8 +24,8 @@ hr_status engine_cuda_backend_create(const hr_model_info *info, const be_params 
     return backend_cuda_create(info, p, out, err);
 }
 
-int64_t engine_cuda_pstep_steps(const hr_engine *e) {
-    return e->device == HR_DEVICE_CUDA ? cuda_pstep_steps(e->be) : 0;
+int64_t engine_cuda_pstep_steps(const hr_backend *b) {
+    return strcmp(b->ops->name, "cuda") == 0 ? cuda_pstep_steps(b) : 0;
 }
 #else
 bool engine_cuda_available(void) { return false; }
@@ -49,8 +51,8 @@ hr_status engine_cuda_backend_create(const hr_model_info *info, const be_params 
     return hr_err_set(err, HR_ERR_UNSUPPORTED, "%s", engine_cuda_why_not());
 }
 
-int64_t engine_cuda_pstep_steps(const hr_engine *e) {
-    (void)e;
+int64_t engine_cuda_pstep_steps(const hr_backend *b) {
+    (void)b;
     return 0;
 }
 #endif
