@@ -26,7 +26,7 @@
  * run of kSegPerWarp 512-byte segments of each piece (K % 256 == 0, so a
  * segment lies inside one row), loads them and the matching x (copied to
  * shared memory first) before any arithmetic, and keeps a running sum for
- * the row; when a run starts another row, the warp adds its lanes and
+ * the row in mma accumulators (seg_dot); when a run starts another row, the warp adds its lanes and
  * writes the row's partial to its own slot (acc[warp][row]), so the sums
  * do not depend on timing: the same step gives the same bits every time.
  * The backend folds each norm into the GEMV that reads it (every block
@@ -44,7 +44,9 @@
  *
  * Measured (H200, Llama-2-7B, 128-token prompt, 256 new, 2026-11-30): 246.5
  * tok/s bf16, 247.4 f16, against 232.2 op by op; 248.0 with 6 stages and
- * SwiGLU in the gate/up GEMV. Per op (HEADROOM_CUDA_PSTEP_TRACE): a GEMV
+ * SwiGLU in the gate/up GEMV; 251.7 bf16, 251.2 f16 with the dot products
+ * on the tensor cores (seg_dot), the norm's x and w loaded together, and
+ * the attention's first keys loaded with q. Per op (HEADROOM_CUDA_PSTEP_TRACE): a GEMV
  * 27.1 us on average (~3.7 TB/s with its barrier), the attention 10.4 us,
  * swiglu 1.6, a barrier 0.2. The way there, per GEMV:
  * warps taking every 8th segment with a division per segment, 49 us (the
@@ -175,24 +177,6 @@ __device__ __forceinline__ void grid_sync(unsigned *count, unsigned target, uint
     consumers_sync();
 }
 
-template <class T> __device__ __forceinline__ void unpack8(uint4 v, float f[8]) {
-    T h[8];
-    memcpy(h, &v, sizeof v);
-#pragma unroll
-    for (int e = 0; e < 8; e++)
-        f[e] = ck_to_f32(h[e]);
-}
-
-/* bf16 is the top half of an f32: two bit operations a pair */
-template <> __device__ __forceinline__ void unpack8<__nv_bfloat16>(uint4 v, float f[8]) {
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        f[2 * j] = __uint_as_float(w[j] << 16);
-        f[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
-    }
-}
-
 /* the block's rows of an N-row matrix */
 __device__ __forceinline__ int2 block_rows(int N) {
     return make_int2((int)((int64_t)N * blockIdx.x / gridDim.x),
@@ -250,6 +234,28 @@ constexpr int kNormPer = 8;
 template <class T>
 __device__ void norm_into(const float *x, const float *w, float eps, int D, T *y,
                           float *scratch) {
+    constexpr int kRegs = 2 * kNormPer;
+    if (D <= kRegs * kConsumers) {
+        /* x and w loaded once, together: one L2 round trip, not two */
+        float v[kRegs], wv[kRegs], ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kRegs; j++) {
+            const int d = threadIdx.x + j * kConsumers;
+            v[j] = d < D ? __ldcg(x + d) : 0.0f;
+            wv[j] = d < D ? w[d] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < kRegs; j++)
+            ss += v[j] * v[j];
+        const float scale = rsqrtf(consumers_sum(ss, scratch) / (float)D + eps);
+#pragma unroll
+        for (int j = 0; j < kRegs; j++) {
+            const int d = threadIdx.x + j * kConsumers;
+            if (d < D)
+                ck_from_f32(y + d, wv[j] * (v[j] * scale));
+        }
+        return;
+    }
     float ss = 0.0f;
     for (int d0 = 0; d0 < D; d0 += kNormPer * kConsumers) {
         float v[kNormPer];
@@ -280,17 +286,61 @@ __device__ void norm_into(const float *x, const float *w, float eps, int D, T *y
     }
 }
 
-/* A warp's running sum belongs to row `cur` (-1: none yet). For another
- * row, the lanes' sum goes to the warp's slot of cur and a new sum starts. */
-__device__ __forceinline__ void start_row(int row, int &cur, float &part, float *my_acc,
+/* A warp's dot product of a 512-byte segment of W with the matching x on
+ * the tensor cores: lane L holds elements 8L .. 8L + 7 of each (one uint4).
+ * Read as fragments of mma.m16n8k16, the w words are a 16 x 16 A whose row
+ * r (r < 8) holds the w elements of lanes 4r .. 4r + 3 that go in words 0
+ * and 2, row r + 8 those of words 1 and 3; with B's column n made of the x
+ * words that match A's row n (words 0 and 2 of lane 4n + t: B1) or row n +
+ * 8 (words 1 and 3: B2), the diagonals C1[n][n] and C2[n + 8][n] hold the
+ * segment's products summed in 32 groups, all of them once. The rest of
+ * C is cross terms, never read. Two mma a segment replace 8 FMAs and 16
+ * conversions a lane. c: C1 then C2 (f32, accumulated over a row). */
+template <class T> struct mma_op;
+template <> struct mma_op<__nv_bfloat16> {
+    static __device__ __forceinline__ void run(float *c, uint4 a, uint32_t b0, uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+    }
+};
+template <> struct mma_op<__half> {
+    static __device__ __forceinline__ void run(float *c, uint4 a, uint32_t b0, uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+    }
+};
+
+template <class T> __device__ __forceinline__ void seg_dot(uint4 w, uint4 x, float c[8]) {
+    mma_op<T>::run(c, w, x.x, x.z);     /* C1: A rows 0..7 */
+    mma_op<T>::run(c + 4, w, x.y, x.w); /* C2: A rows 8..15 */
+}
+
+/* this lane's share of the diagonals: lane 4n + n/2 holds C1[n][n] (c0 for
+ * even n, c1 for odd) and C2[n + 8][n] (c2 or c3) */
+__device__ __forceinline__ float seg_diag(const float c[8], int lane) {
+    const int n = lane >> 2;
+    if ((lane & 3) != n >> 1)
+        return 0.0f;
+    return n & 1 ? c[1] + c[7] : c[0] + c[6];
+}
+
+/* A warp's running sum (c) belongs to row `cur` (-1: none yet). For another
+ * row, the sum goes to the warp's slot of cur and a new sum starts. */
+__device__ __forceinline__ void start_row(int row, int &cur, float c[8], float *my_acc,
                                           int lane) {
     if (row == cur)
         return;
-    const float v = warp_sum(part);
+    const float v = warp_sum(seg_diag(c, lane));
     if (cur >= 0 && lane == 0)
         my_acc[cur] = v;
     cur = row;
-    part = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+        c[e] = 0.0f;
 }
 
 template <class T>
@@ -328,7 +378,7 @@ __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, int n_stages
     const uint4 *xs4 = reinterpret_cast<const uint4 *>(xs);
     float *my_acc = acc + warp * n_rows;
     int cur = -1; /* the row of this warp's running sum */
-    float part = 0.0f;
+    float part[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     const int64_t bytes = (int64_t)n_run * K * 2;
     for (int run = 0; run < n_runs; run++)
     for (int64_t off = 0; off < bytes; off += kPiece, piece++) {
@@ -348,31 +398,15 @@ __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, int n_stages
                 wv[u] = w4[u * 32];
                 xv[u] = xs4[(col + u) * 32 + lane];
             }
-            float a[kSegPerWarp];
-#pragma unroll
-            for (int u = 0; u < kSegPerWarp; u++) {
-                float wf[8], xf[8];
-                unpack8<T>(wv[u], wf);
-                unpack8<T>(xv[u], xf);
-                a[u] = 0.0f;
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    a[u] = fmaf(wf[e], xf[e], a[u]);
-            }
 #pragma unroll
             for (int u = 0; u < kSegPerWarp; u++)
-                part += a[u];
+                seg_dot<T>(wv[u], xv[u], part);
         } else {
             /* a run across a row boundary, or past the slice's end */
             for (int u = 0; u < kSegPerWarp && s0 + u < n_seg; u++) {
                 const int r = run * n_run + (g0 + u) / seg_per_row;
                 start_row(r, cur, part, my_acc, lane);
-                float wf[8], xf[8];
-                unpack8<T>(w4[u * 32], wf);
-                unpack8<T>(xs4[((g0 + u) % seg_per_row) * 32 + lane], xf);
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    part = fmaf(wf[e], xf[e], part);
+                seg_dot<T>(w4[u * 32], xs4[((g0 + u) % seg_per_row) * 32 + lane], part);
             }
         }
         __syncwarp();
@@ -526,18 +560,9 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag) {
     for (int item = blockIdx.x; item < H * n_split; item += gridDim.x) {
         const int h = item / n_split, sp = item % n_split, kvh = h / (H / Hkv);
         const int p0 = sp * split_len, p1 = min(ctx, p0 + split_len);
-        float q[EPL];
-        load_row<T, EPL>(qkv + (int64_t)h * Dh + lane * EPL, q);
-        rope_row<T, EPL>(q, sn, cs, op.attn.neox, lane);
-#pragma unroll
-        for (int e = 0; e < EPL; e++)
-            q[e] *= op.attn.scale;
-        float m = -INFINITY, l = 0.0f, o[EPL];
-#pragma unroll
-        for (int e = 0; e < EPL; e++)
-            o[e] = 0.0f;
-        for (int p = p0 + warp; p < p1; p += kWarps * ATT_U) {
-            float kf[ATT_U][EPL], vf[ATT_U][EPL];
+        /* a round: keys p, p + 8, ... (ATT_U of them) of this warp */
+        float kf[ATT_U][EPL], vf[ATT_U][EPL];
+        auto load_keys = [&](int p) {
 #pragma unroll
             for (int u = 0; u < ATT_U; u++) {
                 const int pp = p + u * kWarps;
@@ -565,6 +590,21 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag) {
                     load_row<T, EPL>(vpool + at, vf[u]);
                 }
             }
+        };
+        /* q and the first round's keys in flight together, then q rotated */
+        float q[EPL];
+        load_row<T, EPL>(qkv + (int64_t)h * Dh + lane * EPL, q);
+        if (p0 + warp < p1)
+            load_keys(p0 + warp);
+        rope_row<T, EPL>(q, sn, cs, op.attn.neox, lane);
+#pragma unroll
+        for (int e = 0; e < EPL; e++)
+            q[e] *= op.attn.scale;
+        float m = -INFINITY, l = 0.0f, o[EPL];
+#pragma unroll
+        for (int e = 0; e < EPL; e++)
+            o[e] = 0.0f;
+        for (int p = p0 + warp; p < p1; p += kWarps * ATT_U) {
 #pragma unroll
             for (int u = 0; u < ATT_U; u++) {
                 if (p + u * kWarps >= p1)
@@ -582,6 +622,8 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag) {
                     o[e] = o[e] * corr + pe * vf[u][e];
                 m = m_new;
             }
+            if (p + kWarps * ATT_U < p1)
+                load_keys(p + kWarps * ATT_U); /* the next round */
         }
         /* merge the warps */
         float *wp = scratch + warp * PART;
