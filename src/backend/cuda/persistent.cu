@@ -68,6 +68,15 @@
  * the ring is what HBM needs in flight, with little to spare. Not
  * reached: 290 tok/s.
  *
+ * Each GEMV waits for its slowest block, and which blocks are slow does
+ * not change: with every block's arrival at the barriers timed (one call,
+ * 33024 GEMVs), the blocks on SMs 32-43, 78-87, 126 and 127 arrive ~3 us
+ * before the other 108 (0.6-0.8 against ~3.6 us after the first arrival,
+ * the same SMs in even and odd steps: correlation 1.000), the last 4.1 us
+ * after the first on average. Rows shared by measured SM speed (fixed after
+ * a calibration, so that a step's bits stay the same) or claimed
+ * dynamically would recover part of that; not done.
+ *
  * Registers: 9 warps put 3 on some of an SM's 4 register files (16K each),
  * so a thread gets at most 168 (__launch_bounds__ gives that); a
  * __maxnreg__ of 208 or 224 made the kernel unlaunchable (ck_pstep_supported
