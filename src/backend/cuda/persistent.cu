@@ -26,9 +26,10 @@
  * run of kSegPerWarp 512-byte segments of each piece (K % 256 == 0, so a
  * segment lies inside one row), loads them and the matching x (copied to
  * shared memory first) before any arithmetic, and keeps a running sum for
- * the row in mma accumulators (seg_dot); when a run starts another row, the warp adds its lanes and
- * writes the row's partial to its own slot (acc[warp][row]), so the sums
- * do not depend on timing: the same step gives the same bits every time.
+ * the row in tensor-core accumulators (seg_dot); when a run starts another
+ * row, the warp adds its lanes and writes the row's partial to its own slot
+ * (acc[warp][row]), so the sums do not depend on timing: the same step
+ * gives the same bits every time.
  * The backend folds each norm into the GEMV that reads it (every block
  * normalises the row itself: no op, no barrier) and each residual add into
  * the GEMV that made the addend (o and down add their rows to x).
@@ -36,8 +37,8 @@
  * SwiGLU goes into the gate/up GEMV when each block's gate and up rows fit
  * its acc (a block takes gate rows [a, b) and up rows [F + a, F + b)).
  *
- * The other ops: embed (and swiglu, when not folded) spread over the blocks; the final norm on
- * block 0; the attention one (head, split) a block, flash-decoding style,
+ * The other ops: embed (and swiglu, when not folded) spread over the
+ * blocks; the final norm on block 0; the attention one (head, split) a block, flash-decoding style,
  * the last split of a head to arrive merging them, with the rotations
  * folded in (q rotated on load, this step's k rotated from qkv and stored
  * with v by the first head of its group).
@@ -46,9 +47,9 @@
  * tok/s bf16, 247.4 f16, against 232.2 op by op; 248.0 with 6 stages and
  * SwiGLU in the gate/up GEMV; 251.7 bf16, 251.2 f16 with the dot products
  * on the tensor cores (seg_dot), the norm's x and w loaded together, and
- * the attention's first keys loaded with q. Per op (HEADROOM_CUDA_PSTEP_TRACE): a GEMV
- * 27.1 us on average (~3.7 TB/s with its barrier), the attention 10.4 us,
- * swiglu 1.6, a barrier 0.2. The way there, per GEMV:
+ * the attention's first keys loaded with q. Per op at 246.5 (HEADROOM_CUDA_
+ * PSTEP_TRACE): a GEMV 27.1 us on average (~3.7 TB/s with its barrier), the
+ * attention 10.4 us, swiglu 1.6, a barrier 0.2. The way there, per GEMV:
  * warps taking every 8th segment with a division per segment, 49 us (the
  * consumers, not HBM, were the limit: with their arithmetic left out the
  * stream took 24 us); runs of consecutive segments, bit-shift bf16
@@ -204,17 +205,17 @@ __device__ void produce(const ck_pstep_op *prog, int n_op, uint8_t *ring, int n_
         const ck_pstep_gemv &g = prog[i].gemv;
         const int2 rows = block_rows(g.pair ? g.pair : g.N);
         const int64_t bytes = (int64_t)(rows.y - rows.x) * g.K * 2;
-        for (int run = 0; run < (g.pair ? 2 : 1); run++) { /* paired: gate rows, then up rows */
-          const uint8_t *src = static_cast<const uint8_t *>(g.W) +
-                               ((int64_t)run * g.pair + rows.x) * g.K * 2;
-          for (int64_t off = 0; off < bytes; off += kPiece, piece++) {
-            const int st = piece % n_stages;
-            if (piece >= n_stages) /* its previous piece consumed by all warps */
-                mbar_wait(&empty[st], (unsigned)(piece / n_stages - 1) & 1u);
-            const unsigned len = (unsigned)min((int64_t)kPiece, bytes - off);
-            mbar_arrive_expect(&full[st], len);
-            bulk_copy(ring + st * kPiece, src + off, len, &full[st], policy);
-          }
+        for (int run = 0; run < (g.pair ? 2 : 1); run++) { /* paired: gate rows, then up */
+            const uint8_t *src = static_cast<const uint8_t *>(g.W) +
+                                 ((int64_t)run * g.pair + rows.x) * g.K * 2;
+            for (int64_t off = 0; off < bytes; off += kPiece, piece++) {
+                const int st = piece % n_stages;
+                if (piece >= n_stages) /* its previous piece consumed by all warps */
+                    mbar_wait(&empty[st], (unsigned)(piece / n_stages - 1) & 1u);
+                const unsigned len = (unsigned)min((int64_t)kPiece, bytes - off);
+                mbar_arrive_expect(&full[st], len);
+                bulk_copy(ring + st * kPiece, src + off, len, &full[st], policy);
+            }
         }
     }
 }
@@ -389,6 +390,7 @@ __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, int n_stages
     int cur = -1; /* the row of this warp's running sum */
     float part[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     const int64_t bytes = (int64_t)n_run * K * 2;
+    /* the pieces of each run of rows (paired: the gate rows, then the up rows) */
     for (int run = 0; run < n_runs; run++)
     for (int64_t off = 0; off < bytes; off += kPiece, piece++) {
         const int st = piece % n_stages;
