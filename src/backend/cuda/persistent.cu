@@ -306,27 +306,27 @@ __device__ void norm_into(const float *x, const float *w, float eps, int D, T *y
  * segment's products summed in 32 groups, all of them once. The rest of
  * C is cross terms, never read. Two mma a segment replace 8 FMAs and 16
  * conversions a lane. c: C1 then C2 (f32, accumulated over a row). */
-template <class T> struct mma_op;
-template <> struct mma_op<__nv_bfloat16> {
-    static __device__ __forceinline__ void run(float *c, uint4 a, uint32_t b0, uint32_t b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-    }
-};
-template <> struct mma_op<__half> {
-    static __device__ __forceinline__ void run(float *c, uint4 a, uint32_t b0, uint32_t b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-    }
-};
+#define PSTEP_MMA(ty, c, a, b0, b1)                                                           \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." ty "." ty ".f32 "                  \
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"           \
+                 : "+f"((c)[0]), "+f"((c)[1]), "+f"((c)[2]), "+f"((c)[3])                    \
+                 : "r"((a).x), "r"((a).y), "r"((a).z), "r"((a).w), "r"(b0), "r"(b1))
+
+/* c (4 f32) += A (a) B (b0, b1), mma.m16n8k16 in T */
+template <class T> __device__ void mma_16816(float *c, uint4 a, uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float *c, uint4 a, uint32_t b0,
+                                                          uint32_t b1) {
+    PSTEP_MMA("bf16", c, a, b0, b1);
+}
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float *c, uint4 a, uint32_t b0, uint32_t b1) {
+    PSTEP_MMA("f16", c, a, b0, b1);
+}
 
 template <class T> __device__ __forceinline__ void seg_dot(uint4 w, uint4 x, float c[8]) {
-    mma_op<T>::run(c, w, x.x, x.z);     /* C1: A rows 0..7 */
-    mma_op<T>::run(c + 4, w, x.y, x.w); /* C2: A rows 8..15 */
+    mma_16816<T>(c, w, x.x, x.z);     /* C1: A rows 0..7 */
+    mma_16816<T>(c + 4, w, x.y, x.w); /* C2: A rows 8..15 */
 }
 
 /* this lane's share of the diagonals: lane 4n + n/2 holds C1[n][n] (c0 for
