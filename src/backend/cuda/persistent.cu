@@ -74,9 +74,10 @@
  * 33024 GEMVs), the blocks on SMs 32-43, 78-87, 126 and 127 arrive ~3 us
  * before the other 108 (0.6-0.8 against ~3.6 us after the first arrival,
  * the same SMs in even and odd steps: correlation 1.000), the last 4.1 us
- * after the first on average. Rows shared by measured SM speed (fixed after
- * a calibration, so that a step's bits stay the same) or claimed
- * dynamically would recover part of that; not done.
+ * after the first on average. Giving the blocks on those SMs 8% or 15%
+ * more rows than the others (one call, the SMs hard-coded, measurement
+ * only) gave 249.1-250.4 tok/s against 250.3-250.7: no gain. Those
+ * blocks' wait is not where the step's time goes; HBM is shared.
  *
  * Registers: 9 warps put 3 on some of an SM's 4 register files (16K each),
  * so a thread gets at most 168 (__launch_bounds__ gives that); a
