@@ -540,6 +540,7 @@ static hr_status pstep_alloc(cuda_backend *c, hr_error *err) {
     if (c->pstep_ok && getenv("HEADROOM_CUDA_PSTEP_TRACE")) {
         const size_t n = (size_t)c->cap_prog * 3 * sizeof(uint64_t);
         HR_CUDA_TRY(cudaMalloc((void **)&c->d_trace, n));
+        HR_CUDA_TRY(cudaMemset(c->d_trace, 0, n)); /* [1] is a running max */
         c->h_trace = hr_calloc(1, n);
         HR_TRY(own_host(c, c->h_trace, err));
     }

@@ -162,17 +162,21 @@ __device__ __forceinline__ uint64_t now_ns() {
 
 /* Every block's consumers arrive, then wait until all blocks have: the
  * counter only grows within a launch (target = barriers so far x blocks).
+ * The arrival is a release reduction, not an atomic whose old value the
+ * block would wait for: the last block to arrive learns that it was last
+ * one L2 round trip sooner, from its first poll.
  * trace (diagnostics, may be NULL): [0] block 0 done with the op, [1] the
- * last block's arrival, [2] block 0 past the barrier. */
+ * last block's arrival (a max over the blocks: the timer only grows, so it
+ * needs no reset between steps), [2] block 0 past the barrier. */
 __device__ __forceinline__ void grid_sync(unsigned *count, unsigned target, uint64_t *trace) {
     consumers_sync();
     if (threadIdx.x == 0) {
         if (trace && blockIdx.x == 0)
             trace[0] = now_ns();
-        __threadfence();
-        const unsigned before = atomicAdd(count, 1u);
-        if (trace && before == target - 1)
-            trace[1] = now_ns();
+        if (trace)
+            atomicMax(reinterpret_cast<unsigned long long *>(trace + 1),
+                      (unsigned long long)now_ns());
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
         unsigned seen;
         do {
             asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
@@ -362,6 +366,19 @@ __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, int n_stages
     const int2 rows = block_rows(pair ? pair : op.gemv.N);
     const int n_run = rows.y - rows.x; /* rows of a run; local rows run * n_run + r */
     const int n_rows = n_runs * n_run;
+    /* what the epilogue adds, loaded now, beside x: a thread's row (pair:
+     * gate row tid and up row tid) */
+    static_assert(CK_PSTEP_ROWS <= kConsumers, "a row a thread in the epilogue");
+    float bias0 = 0.0f, bias1 = 0.0f, resid0 = 0.0f;
+    if (tid < n_run) {
+        if (op.gemv.bias) {
+            bias0 = op.gemv.bias[rows.x + tid];
+            if (pair)
+                bias1 = op.gemv.bias[pair + rows.x + tid];
+        }
+        if (op.gemv.resid)
+            resid0 = __ldcg(op.gemv.resid + rows.x + tid);
+    }
     if (op.gemv.norm_x) {
         norm_into(op.gemv.norm_x, op.gemv.norm_w, op.gemv.eps, K, reinterpret_cast<T *>(xs),
                   scratch);
@@ -427,50 +444,44 @@ __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, int n_stages
     }
     start_row(-1, cur, part, my_acc, lane); /* the last row's sum */
     consumers_sync();
-    if (pair) { /* gate row r and up row r: h = silu(g) * u, as ck_swiglu */
-        for (int r = tid; r < n_run; r += kConsumers) {
-            float g = 0.0f, u = 0.0f;
+    if (tid >= n_run)
+        return;
+    const int row = rows.x + tid;
+    if (pair) { /* gate row and up row: h = silu(g) * u, as ck_swiglu */
+        float g = 0.0f, u = 0.0f;
 #pragma unroll
-            for (int w = 0; w < kWarps; w++) {
-                g += acc[w * n_rows + r];
-                u += acc[w * n_rows + n_run + r];
-            }
-            const int row = rows.x + r;
-            if (op.gemv.bias) {
-                g += op.gemv.bias[row];
-                u += op.gemv.bias[pair + row];
-            }
-            if (op.gemv.y_ck) { /* the gate/up product was kept narrow */
-                T hg, hu;
-                ck_from_f32(&hg, g);
-                ck_from_f32(&hu, u);
-                g = ck_to_f32(hg);
-                u = ck_to_f32(hu);
-            }
-            ck_from_f32(static_cast<T *>(op.gemv.y) + row, g / (1.0f + __expf(-g)) * u);
+        for (int w = 0; w < kWarps; w++) {
+            g += acc[w * n_rows + tid];
+            u += acc[w * n_rows + n_run + tid];
         }
+        g += bias0;
+        u += bias1;
+        if (op.gemv.y_ck) { /* the gate/up product was kept narrow */
+            T hg, hu;
+            ck_from_f32(&hg, g);
+            ck_from_f32(&hu, u);
+            g = ck_to_f32(hg);
+            u = ck_to_f32(hu);
+        }
+        ck_from_f32(static_cast<T *>(op.gemv.y) + row, g / (1.0f + __expf(-g)) * u);
         return;
     }
-    for (int r = tid; r < n_rows; r += kConsumers) {
-        float v = 0.0f;
+    float v = 0.0f;
 #pragma unroll
-        for (int w = 0; w < kWarps; w++)
-            v += acc[w * n_rows + r];
-        const int row = rows.x + r;
-        if (op.gemv.bias)
-            v += op.gemv.bias[row];
-        if (op.gemv.resid) { /* as the op-by-op path: y rounded, then added */
-            if (op.gemv.y_ck) {
-                T h;
-                ck_from_f32(&h, v);
-                v = ck_to_f32(h);
-            }
-            op.gemv.resid[row] = __ldcg(op.gemv.resid + row) + v;
-        } else if (op.gemv.y_ck) {
-            ck_from_f32(static_cast<T *>(op.gemv.y) + row, v);
-        } else {
-            static_cast<float *>(op.gemv.y)[row] = v;
+    for (int w = 0; w < kWarps; w++)
+        v += acc[w * n_rows + tid];
+    v += bias0;
+    if (op.gemv.resid) { /* as the op-by-op path: y rounded, then added */
+        if (op.gemv.y_ck) {
+            T h;
+            ck_from_f32(&h, v);
+            v = ck_to_f32(h);
         }
+        op.gemv.resid[row] = resid0 + v;
+    } else if (op.gemv.y_ck) {
+        ck_from_f32(static_cast<T *>(op.gemv.y) + row, v);
+    } else {
+        static_cast<float *>(op.gemv.y)[row] = v;
     }
 }
 
