@@ -47,7 +47,11 @@
  * tok/s bf16, 247.4 f16, against 232.2 op by op; 248.0 with 6 stages and
  * SwiGLU in the gate/up GEMV; 251.7 bf16, 251.2 f16 with the dot products
  * on the tensor cores (seg_dot), the norm's x and w loaded together, and
- * the attention's first keys loaded with q. Per op at 246.5 (HEADROOM_CUDA_
+ * the attention's first keys loaded with q; 254.2 bf16, 254.0 f16 with the
+ * barrier's arrival a release reduction and the epilogue's loads moved to
+ * the GEMV's start. Not measured yet: polls relaxed with one acquire fence
+ * after (the trace puts ~2 us between the last arrival and block 0 leaving
+ * a GEMV's barrier). Per op at 246.5 (HEADROOM_CUDA_
  * PSTEP_TRACE): a GEMV 27.1 us on average (~3.7 TB/s with its barrier), the
  * attention 10.4 us, swiglu 1.6, a barrier 0.2. The way there, per GEMV:
  * warps taking every 8th segment with a division per segment, 49 us (the
