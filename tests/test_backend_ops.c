@@ -54,6 +54,8 @@ static const shape shapes[] = {
     /* shapes the persistent decode step takes (widths % 256, Dh 64 / 128) */
     {"pstep 4:2 Dh64", 256, 4, 2, 64, 768, 1000, HR_DTYPE_BF16, false},
     {"pstep 8:2 Dh128 bias f16", 1024, 8, 2, 128, 2560, 999, HR_DTYPE_F16, true},
+    /* D > 4096: the norm a GEMV folds in takes its two-pass path */
+    {"pstep wide 4:2 Dh128", 4608, 4, 2, 128, 768, 1000, HR_DTYPE_BF16, false},
 };
 
 static uint64_t rng = 0x243F6A8885A308D3ull;

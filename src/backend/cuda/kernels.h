@@ -244,8 +244,8 @@ int ck_pstep_blocks(void);
 
 /* Runs ops[0 .. n_op) (device memory) as one kernel. sync: one counter,
  * zeroed here before the kernel (on the stream). trace: NULL, or 3 n_op
- * timestamps (ns) per op i: block 0 done, the last block arrived at the
- * barrier, block 0 past it. */
+ * timestamps (ns) per op i, zeroed once by the caller: block 0 done, the
+ * last block arrived at the barrier (a running max), block 0 past it. */
 void ck_pstep_run(cudaStream_t s, const ck_pstep_op *ops, int n_op, int max_k, unsigned *sync,
                   ck_dtype dt, int dh, uint64_t *trace);
 
