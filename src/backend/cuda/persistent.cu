@@ -38,10 +38,10 @@
  * its acc (a block takes gate rows [a, b) and up rows [F + a, F + b)).
  *
  * The other ops: embed (and swiglu, when not folded) spread over the
- * blocks; the final norm on block 0; the attention one (head, split) a block, flash-decoding style,
- * the last split of a head to arrive merging them, with the rotations
- * folded in (q rotated on load, this step's k rotated from qkv and stored
- * with v by the first head of its group).
+ * blocks; the final norm on block 0; the attention one (head, split) a
+ * block, flash-decoding style, the last split of a head to arrive merging
+ * them, with the rotations folded in (q rotated on load, this step's k
+ * rotated from qkv and stored with v by the first head of its group).
  *
  * Measured (H200, Llama-2-7B, 128-token prompt, 256 new, 2026-11-30): 246.5
  * tok/s bf16, 247.4 f16, against 232.2 op by op; 248.0 with 6 stages and
@@ -51,9 +51,9 @@
  * barrier's arrival a release reduction and the epilogue's loads moved to
  * the GEMV's start. Not measured yet: polls relaxed with one acquire fence
  * after (the trace puts ~2 us between the last arrival and block 0 leaving
- * a GEMV's barrier). Per op at 246.5 (HEADROOM_CUDA_
- * PSTEP_TRACE): a GEMV 27.1 us on average (~3.7 TB/s with its barrier), the
- * attention 10.4 us, swiglu 1.6, a barrier 0.2. The way there, per GEMV:
+ * a GEMV's barrier). Per op at 246.5, from HEADROOM_CUDA_PSTEP_TRACE: a
+ * GEMV 27.1 us on average (~3.7 TB/s with its barrier), the attention 10.4
+ * us, swiglu 1.6, a barrier 0.2. The way there, per GEMV:
  * warps taking every 8th segment with a division per segment, 49 us (the
  * consumers, not HBM, were the limit: with their arithmetic left out the
  * stream took 24 us); runs of consecutive segments, bit-shift bf16
