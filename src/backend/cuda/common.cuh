@@ -30,14 +30,25 @@ template <> struct ck_vec<4> { typedef uint32_t type; };
 template <> struct ck_vec<8> { typedef uint2 type; };
 template <> struct ck_vec<16> { typedef uint4 type; };
 
-template <typename T, int N> __device__ __forceinline__ void ck_load_n(const T *p, float f[N]) {
-    typedef typename ck_vec<N * sizeof(T)>::type V;
-    const V v = *reinterpret_cast<const V *>(p);
+template <typename T, int N, typename V>
+__device__ __forceinline__ void ck_unpack_n(V v, float f[N]) {
     T h[N];
     memcpy(h, &v, sizeof v);
 #pragma unroll
     for (int e = 0; e < N; e++)
         f[e] = ck_to_f32(h[e]);
+}
+
+template <typename T, int N> __device__ __forceinline__ void ck_load_n(const T *p, float f[N]) {
+    typedef typename ck_vec<N * sizeof(T)>::type V;
+    ck_unpack_n<T, N>(*reinterpret_cast<const V *>(p), f);
+}
+
+/* the same through L2 only (ld.global.cg): data another block of the same
+ * kernel wrote, which a stale line in this SM's L1 could hide */
+template <typename T, int N> __device__ __forceinline__ void ck_load_n_cg(const T *p, float f[N]) {
+    typedef typename ck_vec<N * sizeof(T)>::type V;
+    ck_unpack_n<T, N>(__ldcg(reinterpret_cast<const V *>(p)), f);
 }
 
 template <typename T, int N> __device__ __forceinline__ void ck_store_n(T *p, const float f[N]) {

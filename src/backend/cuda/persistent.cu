@@ -503,17 +503,6 @@ template <class T> __device__ void norm_op(const ck_pstep_op &op, float *scratch
                   scratch);
 }
 
-/* EPL elements of a K or V row a lane (Dh = 32 EPL) as floats */
-template <class T, int EPL> __device__ __forceinline__ void load_row(const T *p, float f[EPL]) {
-    typedef typename ck_vec<EPL * sizeof(T)>::type V;
-    const V v = __ldcg(reinterpret_cast<const V *>(p));
-    T h[EPL];
-    memcpy(h, &v, sizeof v);
-#pragma unroll
-    for (int e = 0; e < EPL; e++)
-        f[e] = ck_to_f32(h[e]);
-}
-
 /* keys a warp has in flight: 32 bytes of K and V a lane (more spilled
  * registers at Dh 128) */
 template <int EPL> struct att_keys {
@@ -601,8 +590,8 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag) {
                     /* this step's k and v: from qkv, k rotated here; the
                      * group's first head puts them in the pool for the
                      * steps after */
-                    load_row<T, EPL>(qkv + (int64_t)(H + kvh) * Dh + lane * EPL, kf[u]);
-                    load_row<T, EPL>(qkv + (int64_t)(H + Hkv + kvh) * Dh + lane * EPL, vf[u]);
+                    ck_load_n_cg<T, EPL>(qkv + (int64_t)(H + kvh) * Dh + lane * EPL, kf[u]);
+                    ck_load_n_cg<T, EPL>(qkv + (int64_t)(H + Hkv + kvh) * Dh + lane * EPL, vf[u]);
                     rope_row<T, EPL>(kf[u], sn, cs, op.attn.neox, lane);
                     if (h % (H / Hkv) == 0) {
                         T *kp = const_cast<T *>(kpool) + at, *vp = const_cast<T *>(vpool) + at;
@@ -613,14 +602,14 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag) {
                         }
                     }
                 } else {
-                    load_row<T, EPL>(kpool + at, kf[u]);
-                    load_row<T, EPL>(vpool + at, vf[u]);
+                    ck_load_n_cg<T, EPL>(kpool + at, kf[u]);
+                    ck_load_n_cg<T, EPL>(vpool + at, vf[u]);
                 }
             }
         };
         /* q and the first round's keys in flight together, then q rotated */
         float q[EPL];
-        load_row<T, EPL>(qkv + (int64_t)h * Dh + lane * EPL, q);
+        ck_load_n_cg<T, EPL>(qkv + (int64_t)h * Dh + lane * EPL, q);
         if (p0 + warp < p1)
             load_keys(p0 + warp);
         rope_row<T, EPL>(q, sn, cs, op.attn.neox, lane);
