@@ -49,9 +49,7 @@
  * on the tensor cores (seg_dot), the norm's x and w loaded together, and
  * the attention's first keys loaded with q; 254.2 bf16, 254.0 f16 with the
  * barrier's arrival a release reduction and the epilogue's loads moved to
- * the GEMV's start. Not measured yet: polls relaxed with one acquire fence
- * after (the trace puts ~2 us between the last arrival and block 0 leaving
- * a GEMV's barrier). Per op at 246.5, from HEADROOM_CUDA_PSTEP_TRACE: a
+ * the GEMV's start (re-measured in five later calls: 250.6-253.6). Per op at 246.5, from HEADROOM_CUDA_PSTEP_TRACE: a
  * GEMV 27.1 us on average (~3.7 TB/s with its barrier), the attention 10.4
  * us, swiglu 1.6, a barrier 0.2. The way there, per GEMV:
  * warps taking every 8th segment with a division per segment, 49 us (the
@@ -63,6 +61,31 @@
  * before they were folded into the GEMVs. Rejected: L2 prefetches (bulk
  * prefetch.L2) 128, 190 or 320 KB a block ahead of the copies, so that HBM
  * would stream on while the ring is full: 229.8, 223.5, 200.4 tok/s.
+ *
+ * Rejected later (H200, 2026-11-30, bench/results/2026-11-30-h200-pstep-
+ * experiments.jsonl; switches in a build whose own baseline was 246.8):
+ * weights prefetched into L2 32 or 64 KB ahead of the ring, 197 from
+ * 217.5 (the build's first baseline); prefetched only while a block's ring
+ * is full and its consumers wait (at most 2, 4, 8 pieces beyond it, with or
+ * without evict_last), 221.6-232.1 against 246.8. A block that waits spends
+ * HBM bandwidth the slowest block needs to reach the barrier. The barrier's
+ * polls relaxed with one acquire fence after, or without the nanosleep: no
+ * change (216.9, 217.2, 217.5 against 217.5). The K and V pages of each
+ * block's attention items bulk-prefetched into L2 at the start of the qkv
+ * GEMV: 248.4 against 246.8, +0.6% (+0.7% in the other build): to be
+ * measured on this code (not merged: not run here). No grid barrier at all: every
+ * activation between ops as 8-byte slots (the f32 value and the epoch of
+ * the op that wrote it, one 64-bit store), a reader spinning on the slots
+ * it reads, so data and readiness come in one L2 round trip and an
+ * attention item waits only for the blocks that made its q, k, v (the
+ * host linked the program: buffers to slot arrays, epochs per op). Correct
+ * (test_cuda_pstep 40/40, test_backend_ops), but slower: 220.0 when a
+ * thread waited on its slots one after another, 251.1 against 253.6 with
+ * all of a thread's missing slots polled again together each round; with
+ * a sleep between polls 194.4 (64 ns), 184.8 (256), 142.9 (1024). Twice
+ * the bytes of x per block (8 a value), and every block's 256 threads
+ * polling where one thread polled a counter, cost what the round trip
+ * saved.
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
