@@ -81,8 +81,9 @@
  * host linked the program: buffers to slot arrays, epochs per op). Correct
  * (test_cuda_pstep 40/40, test_backend_ops), but slower: 220.0 when a
  * thread waited on its slots one after another, 251.1 against 253.6 with
- * all of a thread's missing slots polled again together each round; with
- * a sleep between polls 194.4 (64 ns), 184.8 (256), 142.9 (1024). Twice
+ * all of a thread's missing slots polled again together each round; the
+ * first form with a sleep between polls 194.4 (64 ns), 184.8 (256), 142.9
+ * (1024). Twice
  * the bytes of x per block (8 a value), and every block's 256 threads
  * polling where one thread polled a counter, cost what the round trip
  * saved.
