@@ -49,9 +49,10 @@
  * on the tensor cores (seg_dot), the norm's x and w loaded together, and
  * the attention's first keys loaded with q; 254.2 bf16, 254.0 f16 with the
  * barrier's arrival a release reduction and the epilogue's loads moved to
- * the GEMV's start (re-measured in five later calls: 250.6-253.6). Per op at 246.5, from HEADROOM_CUDA_PSTEP_TRACE: a
- * GEMV 27.1 us on average (~3.7 TB/s with its barrier), the attention 10.4
- * us, swiglu 1.6, a barrier 0.2. The way there, per GEMV:
+ * the GEMV's start (re-measured in five later calls: 250.6-253.6). Per op
+ * at 246.5, from HEADROOM_CUDA_PSTEP_TRACE: a GEMV 27.1 us on average (~3.7
+ * TB/s with its barrier), the attention 10.4 us, swiglu 1.6, a barrier 0.2.
+ * The way there, per GEMV:
  * warps taking every 8th segment with a division per segment, 49 us (the
  * consumers, not HBM, were the limit: with their arithmetic left out the
  * stream took 24 us); runs of consecutive segments, bit-shift bf16
@@ -73,20 +74,19 @@
  * change (216.9, 217.2, 217.5 against 217.5). The K and V pages of each
  * block's attention items bulk-prefetched into L2 at the start of the qkv
  * GEMV: 248.4 against 246.8, +0.6% (+0.7% in the other build): to be
- * measured on this code (not merged: not run here). No grid barrier at all: every
- * activation between ops as 8-byte slots (the f32 value and the epoch of
- * the op that wrote it, one 64-bit store), a reader spinning on the slots
- * it reads, so data and readiness come in one L2 round trip and an
- * attention item waits only for the blocks that made its q, k, v (the
+ * measured on this code (not merged: not run here). No grid barrier at
+ * all: every activation between ops as 8-byte slots (the f32 value and the
+ * epoch of the op that wrote it, one 64-bit store), a reader spinning on
+ * the slots it reads, so data and readiness come in one L2 round trip and
+ * an attention item waits only for the blocks that made its q, k, v (the
  * host linked the program: buffers to slot arrays, epochs per op). Correct
  * (test_cuda_pstep 40/40, test_backend_ops), but slower: 220.0 when a
  * thread waited on its slots one after another, 251.1 against 253.6 with
  * all of a thread's missing slots polled again together each round; the
  * first form with a sleep between polls 194.4 (64 ns), 184.8 (256), 142.9
- * (1024). Twice
- * the bytes of x per block (8 a value), and every block's 256 threads
- * polling where one thread polled a counter, cost what the round trip
- * saved.
+ * (1024). Twice the bytes of x per block (8 a value), and every block's
+ * 256 threads polling where one thread polled a counter, cost what the
+ * round trip saved.
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
@@ -218,6 +218,13 @@ __device__ __forceinline__ void grid_sync(unsigned *count, unsigned target, uint
             trace[2] = now_ns();
     }
     consumers_sync();
+}
+
+/* v rounded to T (where the op-by-op path stores T), as f32 */
+template <class T> __device__ __forceinline__ float round_to(float v) {
+    T h;
+    ck_from_f32(&h, v);
+    return ck_to_f32(h);
 }
 
 /* the block's rows of an N-row matrix */
@@ -485,11 +492,8 @@ __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, int n_stages
         g += bias0;
         u += bias1;
         if (op.gemv.y_ck) { /* the gate/up product was kept narrow */
-            T hg, hu;
-            ck_from_f32(&hg, g);
-            ck_from_f32(&hu, u);
-            g = ck_to_f32(hg);
-            u = ck_to_f32(hu);
+            g = round_to<T>(g);
+            u = round_to<T>(u);
         }
         ck_from_f32(static_cast<T *>(op.gemv.y) + row, g / (1.0f + __expf(-g)) * u);
         return;
@@ -500,11 +504,8 @@ __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, int n_stages
         v += acc[w * n_rows + tid];
     v += bias0;
     if (op.gemv.resid) { /* as the op-by-op path: y rounded, then added */
-        if (op.gemv.y_ck) {
-            T h;
-            ck_from_f32(&h, v);
-            v = ck_to_f32(h);
-        }
+        if (op.gemv.y_ck)
+            v = round_to<T>(v);
         op.gemv.resid[row] = resid0 + v;
     } else if (op.gemv.y_ck) {
         ck_from_f32(static_cast<T *>(op.gemv.y) + row, v);
@@ -556,11 +557,8 @@ __device__ __forceinline__ void rope_row(float x[EPL], const float sn[EPL], cons
         }
     }
 #pragma unroll
-    for (int e = 0; e < EPL; e++) {
-        T h;
-        ck_from_f32(&h, y[e]);
-        x[e] = ck_to_f32(h);
-    }
+    for (int e = 0; e < EPL; e++)
+        x[e] = round_to<T>(y[e]);
 }
 
 /* Flash-decoding over (head, split) items, one a block at a time: warp w
