@@ -41,7 +41,8 @@
  * blocks; the final norm on block 0; the attention one (head, split) a
  * block, flash-decoding style, the last split of a head to arrive merging
  * them, with the rotations folded in (q rotated on load, this step's k
- * rotated from qkv and stored with v by the first head of its group).
+ * rotated from qkv and stored with v by the first head of its group), the
+ * pool rows it reads prefetched into L2 while the qkv GEMV streams.
  *
  * Measured (H200, Llama-2-7B, 128-token prompt, 256 new, 2026-11-30): 246.5
  * tok/s bf16, 247.4 f16, against 232.2 op by op; 248.0 with 6 stages and
@@ -71,10 +72,7 @@
  * without evict_last), 221.6-232.1 against 246.8. A block that waits spends
  * HBM bandwidth the slowest block needs to reach the barrier. The barrier's
  * polls relaxed with one acquire fence after, or without the nanosleep: no
- * change (216.9, 217.2, 217.5 against 217.5). The K and V pages of each
- * block's attention items bulk-prefetched into L2 at the start of the qkv
- * GEMV: 248.4 against 246.8, +0.6% (+0.7% in the other build): to be
- * measured on this code (not merged: not run here). No grid barrier at
+ * change (216.9, 217.2, 217.5 against 217.5). No grid barrier at
  * all: every activation between ops as 8-byte slots (the f32 value and the
  * epoch of the op that wrote it, one 64-bit store), a reader spinning on
  * the slots it reads, so data and readiness come in one L2 round trip and
@@ -87,6 +85,14 @@
  * (1024). Twice the bytes of x per block (8 a value), and every block's
  * 256 threads polling where one thread polled a counter, cost what the
  * round trip saved.
+ *
+ * Landed later (H200, 2026-11-30, bench/results/2026-11-30-h200-pstep-
+ * kv-prefetch.jsonl, two rounds in one call, tok/s): the K and V rows of
+ * each block's attention items bulk-prefetched into L2 before the qkv GEMV
+ * (attn_prefetch; +0.6-0.7% in the experiment builds above) 253.2, 251.8
+ * against 252.0, 252.1; with the splits' merge on one acq_rel atomic after
+ * the block barrier (no __threadfence by every thread, before and after)
+ * and its loads issued four splits at a time, 254.0, 253.6.
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
@@ -561,6 +567,48 @@ __device__ __forceinline__ void rope_row(float x[EPL], const float sn[EPL], cons
         x[e] = round_to<T>(y[e]);
 }
 
+/* A head's positions 0 .. ctx - 1 in splits: about one (head, split) item a
+ * block, at least 32 keys a split (fewer splits, each walked in more
+ * rounds, measured slower: 14.4 against 10.0 us a layer at 128..256
+ * positions with two rounds of 8 keys a warp, H200, 2026-11-30) */
+struct attn_splits {
+    int n, len;
+};
+
+__device__ __forceinline__ attn_splits attn_split(const ck_pstep_op &op, int ctx) {
+    int n = (int)gridDim.x / op.attn.H;
+    n = min(max(n, 1), min(op.attn.max_splits, (ctx + 31) / 32));
+    const int len = (ctx + n - 1) / n;
+    return {(ctx + len - 1) / len, len};
+}
+
+__device__ __forceinline__ void prefetch_l2(const void *p, unsigned bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
+/* The pool rows this block's attention items will read (every position
+ * but this step's, which comes from qkv) into L2 by bulk prefetches, one a
+ * page run of K and of V: issued before the GEMV that makes q, k and v,
+ * they land while it streams, and the attention's loads then wait on L2
+ * rather than HBM. The pages depend on no activation of the step. */
+template <int Dh> __device__ void attn_prefetch(const ck_pstep_op &op) {
+    const int H = op.attn.H, Hkv = op.attn.Hkv, BS = op.attn.BS, ctx = op.attn.pos[0] + 1;
+    const attn_splits sp = attn_split(op, ctx);
+    const int32_t *bt = op.attn.block_tables + (int64_t)op.attn.seq[0] * op.attn.max_blocks;
+    const uint8_t *kpool = static_cast<const uint8_t *>(op.attn.k_pool);
+    const uint8_t *vpool = static_cast<const uint8_t *>(op.attn.v_pool);
+    for (int item = blockIdx.x; item < H * sp.n; item += gridDim.x) {
+        const int kvh = item / sp.n / (H / Hkv);
+        const int p0 = item % sp.n * sp.len, p1 = min(ctx - 1, p0 + sp.len);
+        for (int pg = p0 / BS + (int)threadIdx.x; pg * BS < p1; pg += kConsumers) {
+            const int a = max(p0, pg * BS), b = min(p1, pg * BS + BS);
+            const int64_t at = (((int64_t)bt[pg] * Hkv + kvh) * BS + a % BS) * Dh * 2;
+            prefetch_l2(kpool + at, (unsigned)(b - a) * Dh * 2);
+            prefetch_l2(vpool + at, (unsigned)(b - a) * Dh * 2);
+        }
+    }
+}
+
 /* Flash-decoding over (head, split) items, one a block at a time: warp w
  * takes keys p0 + w, p0 + w + 8, ... (lanes across Dh), keeps a running
  * max, sum and output; the block merges its warps; a head of one split
@@ -573,14 +621,8 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag) {
     const int H = op.attn.H, Hkv = op.attn.Hkv, BS = op.attn.BS;
     const int ctx = op.attn.pos[0] + 1;
     const int32_t *bt = op.attn.block_tables + (int64_t)op.attn.seq[0] * op.attn.max_blocks;
-    /* about one item a block, at least 32 keys a split (fewer splits, each
-     * walked in more rounds, measured slower: 14.4 against 10.0 us a layer
-     * at 128..256 positions with two rounds of 8 keys a warp, H200,
-     * 2026-11-30) */
-    int n_split = (int)gridDim.x / H;
-    n_split = min(max(n_split, 1), min(op.attn.max_splits, (ctx + 31) / 32));
-    const int split_len = (ctx + n_split - 1) / n_split;
-    n_split = (ctx + split_len - 1) / split_len;
+    const attn_splits splits = attn_split(op, ctx);
+    const int n_split = splits.n, split_len = splits.len;
     const T *kpool = static_cast<const T *>(op.attn.k_pool);
     const T *vpool = static_cast<const T *>(op.attn.v_pool);
     const T *qkv = static_cast<const T *>(op.attn.qkv);
@@ -697,22 +739,51 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag) {
                 part[0] = M;
                 part[1] = L;
             }
-            __threadfence();
+            /* the block's partial out before its count: the barrier, then
+             * one release (the grid barrier's pattern); the last split's
+             * acquire covers all the partials for every thread after the
+             * barrier that follows */
             consumers_sync();
-            if (tid == 0)
-                *flag = atomicAdd(&op.attn.arrived[h], 1) == n_split - 1;
+            if (tid == 0) {
+                unsigned before;
+                asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
+                             : "=r"(before)
+                             : "l"(op.attn.arrived + h)
+                             : "memory");
+                *flag = before == (unsigned)n_split - 1;
+            }
             consumers_sync();
             if (*flag) { /* the head's last split: merge them all */
-                __threadfence();
                 if (tid < Dh) {
+                    /* kMergeU splits' loads at a time (one L2 round trip
+                     * for the usual <= 4), merged online */
+                    constexpr int kMergeU = 4;
                     const float *hp = op.attn.work + (int64_t)h * op.attn.max_splits * PART;
                     float MM = -INFINITY, LL = 0.0f, OO = 0.0f;
-                    for (int s = 0; s < n_split; s++)
-                        MM = fmaxf(MM, __ldcg(hp + s * PART));
-                    for (int s = 0; s < n_split; s++) {
-                        const float c = __expf(__ldcg(hp + s * PART) - MM);
-                        LL += __ldcg(hp + s * PART + 1) * c;
-                        OO += __ldcg(hp + s * PART + 2 + tid) * c;
+                    for (int s0 = 0; s0 < n_split; s0 += kMergeU) {
+                        float ms[kMergeU], ls[kMergeU], os[kMergeU];
+#pragma unroll
+                        for (int u = 0; u < kMergeU; u++) {
+                            const bool in = s0 + u < n_split;
+                            const float *split_part = hp + (s0 + u) * PART;
+                            ms[u] = in ? __ldcg(split_part) : -INFINITY;
+                            ls[u] = in ? __ldcg(split_part + 1) : 0.0f;
+                            os[u] = in ? __ldcg(split_part + 2 + tid) : 0.0f;
+                        }
+                        float mx = MM;
+#pragma unroll
+                        for (int u = 0; u < kMergeU; u++)
+                            mx = fmaxf(mx, ms[u]);
+                        const float keep = __expf(MM - mx); /* 0 at the first */
+                        LL *= keep;
+                        OO *= keep;
+#pragma unroll
+                        for (int u = 0; u < kMergeU; u++) {
+                            const float c = __expf(ms[u] - mx);
+                            LL += ls[u] * c;
+                            OO += os[u] * c;
+                        }
+                        MM = mx;
                     }
                     ck_from_f32(out + tid, OO / LL);
                 }
@@ -780,6 +851,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         case CKP_EMBED: embed_op<T>(op); break;
         case CKP_NORM: norm_op<T>(op, scratch); break;
         case CKP_GEMV:
+            if (i + 1 < n_op && prog[i + 1].kind == CKP_ATTN)
+                attn_prefetch<32 * EPL>(prog[i + 1]);
             gemv_op<T>(op, ring, n_stages, xs, acc, full, empty, piece, scratch);
             break;
         case CKP_ATTN: attn_op<T, EPL>(op, reinterpret_cast<float *>(xs), &flag); break;
