@@ -1,6 +1,8 @@
 /*
- * attention_check.cu — device check of src/backend/cuda/attention.cu: every
- * path (flash decode, flash prefill with narrow and wide tiles, naive, and
+ * attention_check.cu — device check of src/backend/cuda/attention.cu and
+ * attention_wgmma.cu: every path (flash decode, flash prefill with narrow
+ * and wide tiles, the wide ones of head size 128 on the wgmma kernel where
+ * the device has it, naive, and
  * the naive fallback for head sizes without a flash instance) against a
  * double-precision reference computed here, on random data laid out like
  * the engine's: KV pools (NB, Hkv, BS, Dh) with shuffled block tables, q
@@ -19,10 +21,9 @@
  * every 37th). Timed prefill cases come in pairs, t64 and t128, to show the
  * narrow and the wide kernel side by side.
  *
- * Build and run on the device (repository root):
- *   nvcc -arch=sm_90 -std=c++17 -O3 -I src -I include tests/cuda/attention_check.cu \
- *     src/backend/cuda/attention.cu -o /tmp/attention_check -lpthread \
- *     && /tmp/attention_check [name filter]
+ * Built by CMake with the CUDA backend (target attention_check, linked
+ * with the library); on the device: attention_check [name filter].
+ * HEADROOM_CUDA_WGMMA=0 times the mma.sync kernels in place of the wgmma one.
  * Exit 0 when every case passes (or no device: "SKIP: no CUDA device").
  */
 #include "backend/cuda/kernels.h"
@@ -140,7 +141,10 @@ static const case_spec cases[] = {
     {"graph dh80 prefill wide f16", 16, 4, 80, 16, CK_F16, PATH_FLASH, 0, 0, GRAPH | T128, 2, {D(200), P(300, 200)}},
     /* prefill timings: narrow (t64) and wide (t128) tiles side by side;
      * "after 6144": a 2048-row chunk at positions 6144 .. 8191 */
-    {"llama2-7b prefill 512", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED, 1, {P(512, 512)}},
+    {"llama2-7b prefill 128 t64", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T64, 1, {P(128, 128)}},
+    {"llama2-7b prefill 128 t128", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T128, 1, {P(128, 128)}},
+    {"llama2-7b prefill 512 t64", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T64, 1, {P(512, 512)}},
+    {"llama2-7b prefill 512 t128", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T128, 1, {P(512, 512)}},
     {"llama2-7b prefill 1024 t64", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T64, 1, {P(1024, 1024)}},
     {"llama2-7b prefill 1024 t128", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T128, 1, {P(1024, 1024)}},
     {"llama2-7b prefill 2048 t64", 32, 32, 128, 16, CK_BF16, PATH_FLASH, 0, 0, TIMED | T64, 1, {P(2048, 2048)}},
@@ -235,7 +239,7 @@ static void build(const case_spec *c, host_case &hc) {
         longest = std::max(longest, c->seg[i].n);
     hc.tile_rows = c->flags & T64    ? CK_ATT_TILE
                    : c->flags & T128 ? CK_ATT_TILE_WIDE
-                                     : ck_attention_tile_rows(longest, c->H);
+                                     : ck_attention_tile_rows(longest, c->H, c->Dh);
 
     /* shuffled physical blocks */
     std::vector<int32_t> perm(hc.NB);

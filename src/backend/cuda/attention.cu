@@ -106,7 +106,14 @@
  * 257 -> 205 us a layer. Prefill v4 (four threads per K/V row in the
  * copies; prefill_copy has the figures): 2048 rows wide 184.8 -> 161.7 us
  * (186 -> 213 TFLOP/s).
- * Rejected so far: a wgmma (sm_90a) kernel for Dh 128, one warpgroup per 64
+ * Wide tiles of Dh 128 on a compute capability 9.0 device go to the wgmma
+ * kernel of attention_wgmma.cu instead (its header has the figures: 2048
+ * rows 106.2 against 161.0 us), and the backend then takes wide tiles at
+ * every length (ck_attention_tile_rows); HEADROOM_CUDA_WGMMA=0 keeps the
+ * kernels here. What made it faster than the two attempts below: two
+ * consumer warpgroups per block and a producer warpgroup that looks up the
+ * next chunk's pages while it copies this one.
+ * Rejected before that: a wgmma (sm_90a) kernel for Dh 128, one warpgroup per 64
  * rows, S and P V on wgmma with K, V, Q in shared memory, the same cp.async
  * ring (branch wgmma-prefill): correct, but 189-224 us at 2048 rows against
  * 184.8 (then) and 161.7 (now) for mma.sync; with its loop's copies left
@@ -124,6 +131,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define ATT_LOG2E 1.4426950408889634f
 
@@ -1083,8 +1091,25 @@ void ck_attention_decode(cudaStream_t s, const ck_attn_args *a) {
     CK_DISPATCH(a->dt, decode_t<T>(s, a));
 }
 
+/* the wgmma kernel: on compute capability 9.0 (its sm_90a code runs there
+ * only), unless HEADROOM_CUDA_WGMMA=0 */
+static bool wgmma_usable(void) {
+    static int usable = -1;
+    if (usable < 0) {
+        int dev = 0, major = 0, minor = 0;
+        (void)cudaGetDevice(&dev);
+        (void)cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        (void)cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+        const char *env = getenv("HEADROOM_CUDA_WGMMA");
+        usable = major == 9 && minor == 0 && !(env && env[0] == '0');
+    }
+    return usable != 0;
+}
+
 void ck_attention_prefill(cudaStream_t s, const ck_attn_args *a) {
     if (a->n_tiles <= 0)
+        return;
+    if (wgmma_usable() && ck_attention_prefill_wgmma(s, a))
         return;
     CK_DISPATCH(a->dt, prefill_t<T>(s, a));
 }
@@ -1093,7 +1118,9 @@ void ck_attention_naive(cudaStream_t s, const ck_attn_args *a) {
     CK_DISPATCH(a->dt, naive_launch<T>(s, a, NAIVE_ALL, a->n_rows));
 }
 
-int ck_attention_tile_rows(int longest, int H) {
+int ck_attention_tile_rows(int longest, int H, int Dh) {
+    if (Dh == 128 && wgmma_usable())
+        return CK_ATT_TILE_WIDE; /* the wgmma kernel's tiles */
     const int64_t wide_blocks = (int64_t)(longest + CK_ATT_TILE_WIDE - 1) / CK_ATT_TILE_WIDE * H;
     return wide_blocks >= CK_ATT_WIDE_MIN_BLOCKS ? CK_ATT_TILE_WIDE : CK_ATT_TILE;
 }

@@ -134,10 +134,11 @@ typedef struct {
  * model; tests/cuda/attention_check.cu times both sizes. */
 #define CK_ATT_WIDE_MIN_BLOCKS 512
 
-/* CK_ATT_TILE_WIDE when ceil(longest / CK_ATT_TILE_WIDE) * H >=
- * CK_ATT_WIDE_MIN_BLOCKS, else CK_ATT_TILE; longest = the rows of the
- * step's longest prefill segment */
-int ck_attention_tile_rows(int longest, int H);
+/* CK_ATT_TILE_WIDE when the wgmma kernel takes the step (Dh 128 on a
+ * compute capability 9.0 device), or when ceil(longest / CK_ATT_TILE_WIDE)
+ * * H >= CK_ATT_WIDE_MIN_BLOCKS; else CK_ATT_TILE. longest = the rows of
+ * the step's longest prefill segment */
+int ck_attention_tile_rows(int longest, int H, int Dh);
 
 /* Flash kernels exist for Dh in {64, 80, 96, 128}; for any other Dh <= 256
  * decode and prefill run the naive kernel over their rows (its work must
@@ -147,6 +148,11 @@ void ck_attention_decode(cudaStream_t s, const ck_attn_args *a);  /* rows in dec
 void ck_attention_prefill(cudaStream_t s, const ck_attn_args *a); /* rows in the tiles */
 void ck_attention_naive(cudaStream_t s, const ck_attn_args *a);   /* every row 0 .. n_rows-1;
                                                                      work: (n_rows, H, ctx) */
+/* The wide prefill tiles of head size 128 on wgmma (attention_wgmma.cu,
+ * sm_90a): launches and returns 1 when a's shape is one it takes, else 0.
+ * Only on a device of compute capability 9.0 (ck_attention_prefill asks). */
+int ck_attention_prefill_wgmma(cudaStream_t s, const ck_attn_args *a);
+
 /* floats of work the kernels need */
 int64_t ck_attention_work_floats(int max_rows, int H, int Dh, int n_splits, int max_ctx);
 
