@@ -2,8 +2,8 @@
  * attention_check.cu — device check of src/backend/cuda/attention.cu and
  * attention_wgmma.cu: every path (flash decode, flash prefill with narrow
  * and wide tiles, the wide ones of head size 128 on the wgmma kernel where
- * the device has it, naive, and
- * the naive fallback for head sizes without a flash instance) against a
+ * the device has it, naive, and the naive fallback for head sizes without
+ * a flash instance) against a
  * double-precision reference computed here, on random data laid out like
  * the engine's: KV pools (NB, Hkv, BS, Dh) with shuffled block tables, q
  * (ck, values exact in ck) inside a padded qkv row, a padded output.
