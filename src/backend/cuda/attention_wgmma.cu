@@ -46,6 +46,7 @@
 #include "backend/cuda/kernels.h"
 
 #include <stdint.h>
+#include <type_traits>
 
 namespace {
 
@@ -64,10 +65,6 @@ constexpr int kSmem = kQBytes + kStages * 2 * kChunkBytes + 1024; /* + alignment
 static_assert(kRows == 128, "two warpgroups of 64 rows");
 static_assert(kLag < kStages, "the producer's lag fits the ring");
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
 /* byte offset of 16-byte piece c (0..15) of row r in a tile of `rows` rows
  * of 128 head elements: panel c / 8, 128 bytes a row, 128-byte swizzle */
 __device__ __forceinline__ uint32_t sw128(int r, int c, int rows) {
@@ -79,25 +76,6 @@ __device__ __forceinline__ uint32_t sw128(int r, int c, int rows) {
 __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
     return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 |
            (uint64_t)(sbo >> 4) << 32 | 1ull << 62;
-}
-
-__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
-    uint32_t done;
-    do {
-        asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(smem_u32(bar)), "r"(parity)
-                     : "memory");
-    } while (!done);
 }
 
 /* 16 bytes global -> shared, or 16 zero bytes when !valid */
@@ -113,7 +91,9 @@ __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_fence() {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
 __device__ __forceinline__ void wg_commit() {
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
@@ -163,33 +143,38 @@ __device__ __forceinline__ float ex2(float x) {
       "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
     : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "l"(db), "r"(acc))
 
-/* S (64 x 64, 32 f32 a thread) (+)= Q K^T for one k step; O (64 x 128, 64
- * f32 a thread) += P V for one k step, P from registers. acc = 0: D = A B. */
-template <class T> struct wg_mma;
-template <> struct wg_mma<__nv_bfloat16> {
-    static __device__ __forceinline__ void s(float *d, uint64_t da, uint64_t db, int acc) {
+/* S (64 x 64, 32 f32 a thread) (+)= Q K^T for one k step (acc = 0: S = Q
+ * K^T); O (64 x 128, 64 f32 a thread) += P V for one k step, P from
+ * registers */
+template <class T>
+__device__ __forceinline__ void wg_mma_s(float *d, uint64_t da, uint64_t db, int acc) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)
         WG_MMA_S("bf16", d, da, db, acc);
-    }
-    static __device__ __forceinline__ void o(float *d, const uint32_t *a, uint64_t db) {
-        WG_MMA_O("bf16", d, a, db, 1);
-    }
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&v);
-    }
-};
-template <> struct wg_mma<__half> {
-    static __device__ __forceinline__ void s(float *d, uint64_t da, uint64_t db, int acc) {
+    else
         WG_MMA_S("f16", d, da, db, acc);
-    }
-    static __device__ __forceinline__ void o(float *d, const uint32_t *a, uint64_t db) {
+}
+
+template <class T>
+__device__ __forceinline__ void wg_mma_o(float *d, const uint32_t *a, uint64_t db) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)
+        WG_MMA_O("bf16", d, a, db, 1);
+    else
         WG_MMA_O("f16", d, a, db, 1);
+}
+
+/* lo and hi rounded to T, packed in 32 bits (lo in the low half), in one
+ * paired conversion */
+template <class T> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    uint32_t w;
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        memcpy(&w, &v, sizeof w);
+    } else {
+        const __half2 v = __floats2half2_rn(lo, hi);
+        memcpy(&w, &v, sizeof w);
     }
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __half2 v = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&v);
-    }
-};
+    return w;
+}
 
 /* ---- the producer warpgroup: the tile's chunks of K and V into the ring */
 
@@ -331,10 +316,11 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const ck_att
             const uint32_t v_base = k_base + kChunkBytes;
             wg_fence();
 #pragma unroll
-            for (int ks = 0; ks < kDh / 16; ks++)
-                wg_mma<T>::s(s, wg_desc(q_base + (ks >> 2) * (kRows * 128) + (ks & 3) * 32, 16, 1024),
-                             wg_desc(k_base + (ks >> 2) * (kKeys * 128) + (ks & 3) * 32, 16, 1024),
-                             ks > 0);
+            for (int ks = 0; ks < kDh / 16; ks++) /* panel ks / 4, 32 bytes a step */
+                wg_mma_s<T>(s,
+                            wg_desc(q_base + (ks >> 2) * (kRows * 128) + (ks & 3) * 32, 16, 1024),
+                            wg_desc(k_base + (ks >> 2) * (kKeys * 128) + (ks & 3) * 32, 16, 1024),
+                            ks > 0);
             wg_commit();
             wg_wait_all();
             /* s[4 n + e]: row ra (e < 2) or rb, key c0 + 8 n + 2 tig + (e & 1) */
@@ -376,15 +362,15 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const ck_att
             uint32_t pf[4][4];
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
-                pf[kk][0] = wg_mma<T>::pack(s[8 * kk + 0], s[8 * kk + 1]);
-                pf[kk][1] = wg_mma<T>::pack(s[8 * kk + 2], s[8 * kk + 3]);
-                pf[kk][2] = wg_mma<T>::pack(s[8 * kk + 4], s[8 * kk + 5]);
-                pf[kk][3] = wg_mma<T>::pack(s[8 * kk + 6], s[8 * kk + 7]);
+                pf[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+                pf[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+                pf[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+                pf[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
             }
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < 4; kk++)
-                wg_mma<T>::o(o, pf[kk], wg_desc(v_base + kk * 16 * 128, kKeys * 128, 1024));
+                wg_mma_o<T>(o, pf[kk], wg_desc(v_base + kk * 16 * 128, kKeys * 128, 1024));
             wg_commit();
             wg_wait_all();
         }
@@ -405,7 +391,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const ck_att
 #pragma unroll
             for (int nt = 0; nt < 16; nt++)
                 *reinterpret_cast<uint32_t *>(orow + 8 * nt + 2 * tig) =
-                    wg_mma<T>::pack(o[4 * nt + 2 * hr] * inv, o[4 * nt + 2 * hr + 1] * inv);
+                    pack2<T>(o[4 * nt + 2 * hr] * inv, o[4 * nt + 2 * hr + 1] * inv);
         }
     }
 #endif

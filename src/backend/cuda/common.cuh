@@ -125,6 +125,35 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
         }                                                                      \
     } while (0)
 
+/* Shared-memory barriers (mbarrier, sm_80+), as the kernels with a
+ * producer filling stages for consumers use them: init with the count of
+ * arrivals a phase takes, arrive, wait for the phase of the given parity
+ * to complete. */
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(smem_u32(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
 /* Programmatic dependent launch (sm_90). A kernel started with ck_launch
  * may begin while the previous kernel of the stream is still finishing:
  * until pdl_wait() returns it may only read what no earlier kernel writes
