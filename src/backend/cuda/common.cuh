@@ -125,7 +125,7 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
         }                                                                      \
     } while (0)
 
-/* Shared-memory barriers (mbarrier, sm_80+), as the kernels with a
+/* Shared-memory barriers (mbarrier; try_wait is sm_90), as the kernels with a
  * producer filling stages for consumers use them: init with the count of
  * arrivals a phase takes, arrive, wait for the phase of the given parity
  * to complete. */
