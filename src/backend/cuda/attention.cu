@@ -224,12 +224,6 @@ __device__ __forceinline__ int warp_max_int(int v) {
     return v;
 }
 
-/* Element offset of position t's row in a pool: page (block, kv head g). */
-__device__ __forceinline__ int64_t kv_row(const ck_attn_args &a, const int32_t *bt, int g,
-                                          int t) {
-    return (((int64_t)bt[t / a.BS] * a.Hkv + g) * a.BS + t % a.BS) * a.Dh;
-}
-
 /* ------------------------------------------------------------ decode */
 
 #define DEC_WARPS 4

@@ -180,13 +180,6 @@ template <class T> __device__ __forceinline__ uint32_t pack2(float lo, float hi)
 
 /* ---- the producer warpgroup: the tile's chunks of K and V into the ring */
 
-/* element offset of key's row in a pool, -1 past the last key */
-__device__ __forceinline__ int64_t key_offset(const ck_attn_args &a, const int32_t *bt, int g,
-                                              int key, int kv_end) {
-    return key < kv_end ? (((int64_t)bt[key / a.BS] * a.Hkv + g) * a.BS + key % a.BS) * kDh
-                        : -1;
-}
-
 template <class T>
 __device__ void produce(const ck_attn_args &a, const int32_t *bt, int g, int kv_end,
                         uint8_t *kv_s, int64_t (*off_s)[kKeys], uint64_t *full,
@@ -195,8 +188,9 @@ __device__ void produce(const ck_attn_args &a, const int32_t *bt, int g, int kv_
     const T *kp = static_cast<const T *>(a.k_pool), *vp = static_cast<const T *>(a.v_pool);
     const int n_chunks = (kv_end + kKeys - 1) / kKeys;
     /* thread t < kKeys looks up key t of the next chunk while this one is
-     * issued: the block table's latency stays off the copies' path */
-    int64_t next = t < kKeys ? key_offset(a, bt, g, t, kv_end) : 0;
+     * issued (the block table's latency stays off the copies' path): its
+     * row's offset, -1 past the last key */
+    int64_t next = t < kKeys && t < kv_end ? kv_row(a, bt, g, t) : -1;
     for (int j = 0; j < n_chunks + kLag; j++) {
         if (j < n_chunks) {
             const int st = j % kStages;
@@ -204,8 +198,9 @@ __device__ void produce(const ck_attn_args &a, const int32_t *bt, int g, int kv_
                 mbar_wait(&empty[st], (unsigned)(j / kStages - 1) & 1u);
             if (t < kKeys) {
                 off_s[st][t] = next;
+                const int key = (j + 1) * kKeys + t;
                 if (j + 1 < n_chunks)
-                    next = key_offset(a, bt, g, (j + 1) * kKeys + t, kv_end);
+                    next = key < kv_end ? kv_row(a, bt, g, key) : -1;
             }
             asm volatile("bar.sync 3, %0;" ::"n"(kProducers) : "memory");
             const uint32_t ks = smem_u32(kv_s + st * 2 * kChunkBytes), vs = ks + kChunkBytes;

@@ -125,6 +125,13 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
         }                                                                      \
     } while (0)
 
+/* Element offset of position t's row in an attention pool (attention.cu's
+ * layout): page (block bt[t / BS], kv head g), row t % BS. */
+__device__ __forceinline__ int64_t kv_row(const ck_attn_args &a, const int32_t *bt, int g,
+                                          int t) {
+    return (((int64_t)bt[t / a.BS] * a.Hkv + g) * a.BS + t % a.BS) * a.Dh;
+}
+
 /* Shared-memory barriers (mbarrier; try_wait is sm_90), as the kernels with a
  * producer filling stages for consumers use them: init with the count of
  * arrivals a phase takes, arrive, wait for the phase of the given parity
