@@ -94,6 +94,21 @@
  * the block barrier (no __threadfence by every thread, before and after)
  * and its loads issued four splits at a time, 254.0, 253.6.
  *
+ * Landed later (bench/results/2026-11-30-h200-pstep-attn-keys.jsonl): the
+ * attention's K and V kept as loaded (16-bit) in registers, so a warp
+ * holds 8 keys a round instead of 4: 257.2, 256.3 against 253.9, 253.7
+ * (att_keys).
+ *
+ * Rejected later (same file, one call, a build whose own baseline was
+ * 252.6 against main's 253.7): the next GEMVs' pieces beyond the ring
+ * prefetched into L2 at the attention's start, when no block is waiting
+ * on HBM for its own op, 2, 4, 8, 16 pieces a block: 252.4, 249.8, 246.6,
+ * 239.6 (the trace: the attention 8.16 -> 10.78 us with 4, its L2 loads
+ * queued behind the prefetches; the GEMVs 26.87 -> 26.46); a GEMV's x
+ * kept in registers where each warp meets the same columns in every piece
+ * (K 2048 .. 16384: half the shared-memory reads of a piece), 250.7
+ * against 252.6: the consumers' shared-memory traffic is not what limits.
+ *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
  * their x loads and norms 228, the attention 371, the grid barriers 534;
@@ -509,10 +524,14 @@ template <class T> __device__ void norm_op(const ck_pstep_op &op, float *scratch
                   scratch);
 }
 
-/* keys a warp has in flight: 32 bytes of K and V a lane (more spilled
- * registers at Dh 128) */
+/* keys a warp has in flight, K and V kept as loaded (16-bit) until used:
+ * 8 a round (H200, Llama-2-7B, 2026-11-30: 4 as f32 253.9 and 253.7
+ * tok/s, 8 packed 257.2 and 256.3, 12 packed 254.6 and 252.9 at 128..384
+ * positions, where 12 leaves the kernel at its 168 registers with spills
+ * and the GEMVs slower (trace: 26.99 against 26.07 us a GEMV); at 1024..1280
+ * positions 12 gave 233.4 against 218.3, fewer rounds mattering more) */
 template <int EPL> struct att_keys {
-    static constexpr int n = 16 / EPL;
+    static constexpr int n = 8;
 };
 
 /* RoPE at pos on a row spread over a warp (lane: elements lane EPL ..
@@ -615,8 +634,10 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag) {
     for (int item = blockIdx.x; item < H * n_split; item += gridDim.x) {
         const int h = item / n_split, sp = item % n_split, kvh = h / (H / Hkv);
         const int p0 = sp * split_len, p1 = min(ctx, p0 + split_len);
-        /* a round: keys p, p + 8, ... (ATT_U of them) of this warp */
-        float kf[ATT_U][EPL], vf[ATT_U][EPL];
+        /* a round: keys p, p + 8, ... (ATT_U of them) of this warp, kept
+         * as loaded (EPL elements of T a lane) until used */
+        typedef typename ck_vec<EPL * sizeof(T)>::type KV;
+        KV kr[ATT_U], vr[ATT_U];
         auto load_keys = [&](int p) {
 #pragma unroll
             for (int u = 0; u < ATT_U; u++) {
@@ -629,20 +650,23 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag) {
                     /* this step's k and v: from qkv, k rotated here; the
                      * group's first head puts them in the pool for the
                      * steps after */
-                    ck_load_n_cg<T, EPL>(qkv + (int64_t)(H + kvh) * Dh + lane * EPL, kf[u]);
-                    ck_load_n_cg<T, EPL>(qkv + (int64_t)(H + Hkv + kvh) * Dh + lane * EPL, vf[u]);
-                    rope_row<T, EPL>(kf[u], sn, cs, op.attn.neox, lane);
-                    if (h % (H / Hkv) == 0) {
-                        T *kp = const_cast<T *>(kpool) + at, *vp = const_cast<T *>(vpool) + at;
+                    float kf[EPL];
+                    T kh[EPL];
+                    ck_load_n_cg<T, EPL>(qkv + (int64_t)(H + kvh) * Dh + lane * EPL, kf);
+                    rope_row<T, EPL>(kf, sn, cs, op.attn.neox, lane);
 #pragma unroll
-                        for (int e = 0; e < EPL; e++) {
-                            ck_from_f32(kp + e, kf[u][e]);
-                            ck_from_f32(vp + e, vf[u][e]);
-                        }
+                    for (int e = 0; e < EPL; e++)
+                        ck_from_f32(&kh[e], kf[e]); /* exact: rope_row rounded to T */
+                    memcpy(&kr[u], kh, sizeof kr[u]);
+                    vr[u] = __ldcg(reinterpret_cast<const KV *>(
+                        qkv + (int64_t)(H + Hkv + kvh) * Dh + lane * EPL));
+                    if (h % (H / Hkv) == 0) {
+                        *reinterpret_cast<KV *>(const_cast<T *>(kpool) + at) = kr[u];
+                        *reinterpret_cast<KV *>(const_cast<T *>(vpool) + at) = vr[u];
                     }
                 } else {
-                    ck_load_n_cg<T, EPL>(kpool + at, kf[u]);
-                    ck_load_n_cg<T, EPL>(vpool + at, vf[u]);
+                    kr[u] = __ldcg(reinterpret_cast<const KV *>(kpool + at));
+                    vr[u] = __ldcg(reinterpret_cast<const KV *>(vpool + at));
                 }
             }
         };
@@ -664,17 +688,20 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag) {
             for (int u = 0; u < ATT_U; u++) {
                 if (p + u * kWarps >= p1)
                     break;
+                float kf[EPL], vf[EPL];
+                ck_unpack_n<T, EPL>(kr[u], kf);
+                ck_unpack_n<T, EPL>(vr[u], vf);
                 float s = 0.0f;
 #pragma unroll
                 for (int e = 0; e < EPL; e++)
-                    s = fmaf(q[e], kf[u][e], s);
+                    s = fmaf(q[e], kf[e], s);
                 s = warp_sum(s);
                 const float m_new = fmaxf(m, s);
                 const float corr = __expf(m - m_new), pe = __expf(s - m_new);
                 l = l * corr + pe;
 #pragma unroll
                 for (int e = 0; e < EPL; e++)
-                    o[e] = o[e] * corr + pe * vf[u][e];
+                    o[e] = o[e] * corr + pe * vf[e];
                 m = m_new;
             }
             if (p + kWarps * ATT_U < p1)
