@@ -96,8 +96,13 @@
  *
  * Landed later (bench/results/2026-11-30-h200-pstep-attn-keys.jsonl): the
  * attention's K and V kept as loaded (16-bit) in registers, so a warp
- * holds 8 keys a round instead of 4: 257.2, 256.3 against 253.9, 253.7
- * (att_keys).
+ * holds 8 keys a round instead of 4 as f32 (kAttKeys): 257.2, 256.3
+ * against 253.9, 253.7 at 128..384 positions; 236.7, 237.1 against 220.8,
+ * 221.1 at 1024..1280. 12 keys: 254.6, 252.9 (the kernel at its 168
+ * registers, with spills, its GEMVs 26.99 against 26.07 us in the trace),
+ * 233.4 at 1024. Head size 64 (tinyllama-1.1b shape): 8 keys 937.4, 943.4
+ * against 916.6, 918.6, and 793.5, 792.9 against 700.3, 703.0 at 1024;
+ * 16 keys 931.8, 933.6 and 778.8, 780.0.
  *
  * Rejected later (same file, one call, a build whose own baseline was
  * 252.6 against main's 253.7): the next GEMVs' pieces beyond the ring
@@ -524,19 +529,10 @@ template <class T> __device__ void norm_op(const ck_pstep_op &op, float *scratch
                   scratch);
 }
 
-/* keys a warp has in flight, K and V kept as loaded (16-bit) until used:
- * 8 a round (H200, Llama-2-7B, 2026-11-30: 4 as f32 253.9 and 253.7
- * tok/s, 8 packed 257.2 and 256.3, 12 packed 254.6 and 252.9 at 128..384
- * positions, where 12 leaves the kernel at its 168 registers with spills
- * and the GEMVs slower (trace: 26.99 against 26.07 us a GEMV); at 1024..1280
- * positions 12 gave 233.4 against 218.3, fewer rounds mattering more; 8
- * there 236.7, 237.1 against 220.8, 221.1. Head size 64, tinyllama-1.1b
- * shape: 8 keys 937.4, 943.4 against 916.6, 918.6 at 128..384 positions,
- * 793.5, 792.9 against 700.3, 703.0 at 1024..1280; 16 keys 931.8, 933.6
- * and 778.8, 780.0) */
-template <int EPL> struct att_keys {
-    static constexpr int n = 8;
-};
+/* keys a warp has in flight a round, K and V kept as loaded (16-bit)
+ * until used: 8 (4, 12 and, at head size 64, 16 measured slower: the
+ * header's "Landed later") */
+constexpr int kAttKeys = 8;
 
 /* RoPE at pos on a row spread over a warp (lane: elements lane EPL ..
  * + EPL - 1), then rounded to the compute type, as ck_rope_kv_store stores
@@ -614,7 +610,7 @@ template <int Dh> __device__ void attn_prefetch(const ck_pstep_op &op) {
  * split of the head to arrive merges them all. */
 template <class T, int EPL>
 __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag) {
-    constexpr int Dh = 32 * EPL, ATT_U = att_keys<EPL>::n;
+    constexpr int Dh = 32 * EPL, ATT_U = kAttKeys;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int H = op.attn.H, Hkv = op.attn.Hkv, BS = op.attn.BS;
     const int ctx = op.attn.pos[0] + 1;
