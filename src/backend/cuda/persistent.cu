@@ -113,6 +113,9 @@
  * kept in registers where each warp meets the same columns in every piece
  * (K 2048 .. 16384: half the shared-memory reads of a piece), 250.7
  * against 252.6: the consumers' shared-memory traffic is not what limits.
+ * The same prefetch issued after the attention instead (its loads no
+ * longer behind it), 2 or 4 pieces a block: 256.8, 257.0 and 256.0,
+ * 256.2 against main's 256.9, 257.1 (another call).
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
