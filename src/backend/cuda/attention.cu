@@ -183,13 +183,6 @@ __device__ __forceinline__ void cp_async16(void *dst_smem, const void *src) {
     unsigned d = (unsigned)__cvta_generic_to_shared(dst_smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-/* wait until at most n of this thread's committed groups are still pending */
-template <int n> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(n) : "memory");
-}
 
 /* Four 8x8 b16 matrices: lanes 8i .. 8i+7 give the row addresses of matrix
  * i, and lane l receives M_i[l/4][2(l%4)], M_i[l/4][2(l%4)+1] in register
@@ -596,14 +589,6 @@ __host__ __device__ constexpr size_t prefill_smem_bytes(int dh, int mb, size_t e
  * blocks still fit an SM; else 2 (the wide tile at Dh 128: 137 KB with 3) */
 __host__ __device__ constexpr int prefill_stages(int dh, int mb, size_t elem) {
     return prefill_smem_bytes(dh, mb, elem, 3) <= PRE_SMEM_MAX ? 3 : 2;
-}
-
-/* 2^x on the MUFU alone: exp2f adds a range test and two multiplies per
- * call to keep results below 2^-126 (p that small changes no sum) */
-__device__ __forceinline__ float ex2_ftz(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
 }
 
 /* One chunk's K and V rows -> a stage (cp.async; the caller commits). Four

@@ -103,13 +103,6 @@ __device__ __forceinline__ void wg_wait_all() {
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
 
-/* 2^x on the MUFU alone (as attention.cu) */
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 #define WG_MMA_S(TY, d, da, db, acc)                                                           \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                    \
     "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" \
@@ -215,9 +208,9 @@ __device__ void produce(const ck_attn_args &a, const int32_t *bt, int g, int kv_
                 cp_async16_zfill(vs + at, vp + src, o >= 0);
             }
         }
-        asm volatile("cp.async.commit_group;" ::: "memory");
+        cp_async_commit();
         if (j >= kLag) { /* chunk j - kLag has landed: publish it */
-            asm volatile("cp.async.wait_group %0;" ::"n"(kLag) : "memory");
+            cp_async_wait<kLag>();
             fence_proxy_async();
             __syncwarp();
             if (lane == 0)
@@ -339,7 +332,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const ck_att
                 mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
                 /* finite: every row sees key 0 in chunk 0 */
                 const float mn = fmaxf(m[hr], mx[hr] * sscale);
-                const float alpha = ex2(m[hr] - mn);
+                const float alpha = ex2_ftz(m[hr] - mn);
                 m[hr] = mn;
                 l[hr] *= alpha;
 #pragma unroll
@@ -351,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const ck_att
 #pragma unroll
             for (int i = 0; i < 32; i++) {
                 const int hr = (i >> 1) & 1;
-                const float p = ex2(fmaf(s[i], sscale, -m[hr]));
+                const float p = ex2_ftz(fmaf(s[i], sscale, -m[hr]));
                 l[hr] += p;
                 s[i] = p;
             }

@@ -132,6 +132,23 @@ __device__ __forceinline__ int64_t kv_row(const ck_attn_args &a, const int32_t *
     return (((int64_t)bt[t / a.BS] * a.Hkv + g) * a.BS + t % a.BS) * a.Dh;
 }
 
+/* 2^x on the MUFU alone: exp2f adds a range test and two multiplies per
+ * call to keep results below 2^-126 (p that small changes no sum) */
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* cp.async groups (sm_80+): close this thread's group of copies; wait until
+ * at most n of its committed groups are still pending */
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int n> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(n) : "memory");
+}
+
 /* Shared-memory barriers (mbarrier; try_wait is sm_90), as the kernels with a
  * producer filling stages for consumers use them: init with the count of
  * arrivals a phase takes, arrive, wait for the phase of the given parity
