@@ -157,20 +157,6 @@ __device__ __forceinline__ void wg_mma_o(float *d, const uint32_t *a, uint64_t d
         WG_MMA_O("f16", d, a, db, 1);
 }
 
-/* lo and hi rounded to T, packed in 32 bits (lo in the low half), in one
- * paired conversion */
-template <class T> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-    uint32_t w;
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-        const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-        memcpy(&w, &v, sizeof w);
-    } else {
-        const __half2 v = __floats2half2_rn(lo, hi);
-        memcpy(&w, &v, sizeof w);
-    }
-    return w;
-}
-
 /* ---- the producer warpgroup: the tile's chunks of K and V into the ring */
 
 template <class T>
@@ -352,10 +338,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const ck_att
             uint32_t pf[4][4];
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
-                pf[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-                pf[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-                pf[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-                pf[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+                pf[kk][0] = ck_pair<T>::pack(s[8 * kk + 0], s[8 * kk + 1]);
+                pf[kk][1] = ck_pair<T>::pack(s[8 * kk + 2], s[8 * kk + 3]);
+                pf[kk][2] = ck_pair<T>::pack(s[8 * kk + 4], s[8 * kk + 5]);
+                pf[kk][3] = ck_pair<T>::pack(s[8 * kk + 6], s[8 * kk + 7]);
             }
             wg_fence();
 #pragma unroll
@@ -381,7 +367,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const ck_att
 #pragma unroll
             for (int nt = 0; nt < 16; nt++)
                 *reinterpret_cast<uint32_t *>(orow + 8 * nt + 2 * tig) =
-                    pack2<T>(o[4 * nt + 2 * hr] * inv, o[4 * nt + 2 * hr + 1] * inv);
+                    ck_pair<T>::pack(o[4 * nt + 2 * hr] * inv, o[4 * nt + 2 * hr + 1] * inv);
         }
     }
 #endif

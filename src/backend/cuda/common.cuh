@@ -132,6 +132,46 @@ __device__ __forceinline__ int64_t kv_row(const ck_attn_args &a, const int32_t *
     return (((int64_t)bt[t / a.BS] * a.Hkv + g) * a.BS + t % a.BS) * a.Dh;
 }
 
+/* The ck-type specific pieces: pairs of elements packed in 32 bits, and the
+ * tensor-core product for that type. */
+template <typename T> struct ck_pair;
+
+template <> struct ck_pair<__nv_bfloat16> {
+    /* low half = first element; bf16 is the top half of an f32 */
+    static __device__ __forceinline__ float2 to_f32(uint32_t w) {
+        return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    /* d (16x8 f32) += a (16x16, row) . b (16x8, col) */
+    static __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], uint32_t b0,
+                                               uint32_t b1) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
+template <> struct ck_pair<__half> {
+    static __device__ __forceinline__ float2 to_f32(uint32_t w) {
+        return __half22float2(*reinterpret_cast<const __half2 *>(&w));
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    static __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], uint32_t b0,
+                                               uint32_t b1) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
 /* 2^x on the MUFU alone: exp2f adds a range test and two multiplies per
  * call to keep results below 2^-126 (p that small changes no sum) */
 __device__ __forceinline__ float ex2_ftz(float x) {
