@@ -117,6 +117,34 @@
  * longer behind it), 2 or 4 pieces a block: 256.8, 257.0 and 256.0,
  * 256.2 against main's 256.9, 257.1 (another call).
  *
+ * A timeline of one step (a -DHR_PSTEP_TIMELINE=ON build, tools/
+ * pstep_timeline.py; H200, 2026-11-30, bench/results/2026-11-30-h200-
+ * pstep-timeline.jsonl) shows where HBM waits. When a block passes the
+ * barrier before a GEMV, its ring holds that GEMV's first 6 pieces, all
+ * landed (99% of the blocks), and nothing more can be issued until the
+ * consumers free a stage: the last arrival to the pass takes 2.5 us, x
+ * (and the norm) 1.4 us (o) to 3.3 us (qkv, behind the K/V prefetch's
+ * issue), the first piece and its release 1 us, the refill 1.8 us to
+ * land. So each GEMV starts with 3-5 us in which HBM delivers almost
+ * nothing GPU-wide (0-0.3 TB/s in its first tenths, 3.5-4.6 after), and
+ * nothing lands during the attention (the rings are full when it starts).
+ * A copy takes 3.2 us to land and a landed piece waits 3.2 us for the
+ * consumers, on average. More buffer of the kinds tried does not bridge
+ * it (same file, one call each, tok/s): 5 ring stages instead of 6,
+ * 258.7, 258.4 against 258.8, 258.8 (so the ring is not short in the
+ * GEMVs' bodies); each warp moving one landed piece of the next GEMV into
+ * registers while it waits at the barrier, so the stage refills (x loaded
+ * by cp.async to make room: that alone 258.8, 258.8 against main's 259.5,
+ * 259.7; more than one piece spills), 259.3, 259.1; the consumer threads
+ * prefetching (prefetch.global.L2, a line each) the 2, 4, 8 pieces after
+ * the ring at a GEMV's start, 252.3, 248.1, 240.4 (x's loads queue behind
+ * them), or once x is in, 258.4, 256.1 (2, 4) against 258.8; the K/V
+ * prefetch moved after the qkv GEMV's x load, 257.0, 257.5 against 258.7,
+ * 259.2; or issued by the producer as it reaches the qkv GEMV, 254.5,
+ * 254.5 against 256.7, 256.8. What would bridge it is a GEMV whose
+ * consumers need not wait for the whole of x (or no barrier), or ~5 us
+ * more of in-flight weights per SM than shared memory holds.
+ *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
  * their x loads and norms 228, the attention 371, the grid barriers 534;
@@ -147,6 +175,8 @@
 #include "backend/cuda/common.cuh"
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 namespace {
 
@@ -166,6 +196,22 @@ constexpr int kSegPerWarp = kSegPerPiece / kWarps; /* a warp's run of a piece */
 constexpr int kSmemMax = 227 * 1024;               /* a block's shared memory on an H100/H200 */
 static_assert(kPiece % kSeg == 0 && kSegPerPiece % kWarps == 0, "whole runs of segments");
 static_assert(kXBytes + kAccBytes + 5 * kPiece <= kSmemMax, "5 stages at the widest x");
+
+/* The timeline of one step (a build with -DHR_PSTEP_TIMELINE=ON only; the
+ * step and file from HEADROOM_CUDA_PSTEP_TIMELINE=step:file, graphs off;
+ * tools/pstep_timeline.py reads it): every piece's copy issued, seen
+ * landed (the producer polls while it waits), its consumption started and
+ * released by warp 0; for every op the arrival at the barrier after it and
+ * its pass, and for a GEMV the moments thread 0 had stored its part of x
+ * and all of x was in; per block, in %globaltimer ns: kTlPieces x 4 then
+ * kTlOps x 4 values. */
+#ifdef HR_PSTEP_TIMELINE
+constexpr bool kTimeline = true;
+#else
+constexpr bool kTimeline = false;
+#endif
+constexpr int kTlPieces = 4096, kTlOps = 512;
+constexpr int kTlStride = kTlPieces * 4 + kTlOps * 4;
 
 __device__ __forceinline__ void mbar_arrive_expect(uint64_t *bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
@@ -200,9 +246,12 @@ __device__ __forceinline__ uint64_t now_ns() {
  * trace (diagnostics, may be NULL): [0] block 0 done with the op, [1] the
  * last block's arrival (a max over the blocks: the timer only grows, so it
  * needs no reset between steps), [2] block 0 past the barrier. */
-__device__ __forceinline__ void grid_sync(unsigned *count, unsigned target, uint64_t *trace) {
+__device__ __forceinline__ void grid_sync(unsigned *count, unsigned target, uint64_t *trace,
+                                          uint64_t *tl_op) {
     consumers_sync();
     if (threadIdx.x == 0) {
+        if (kTimeline && tl_op)
+            tl_op[0] = now_ns();
         if (trace && blockIdx.x == 0)
             trace[0] = now_ns();
         if (trace)
@@ -220,6 +269,8 @@ __device__ __forceinline__ void grid_sync(unsigned *count, unsigned target, uint
         } while (seen < target);
         if (trace && blockIdx.x == 0)
             trace[2] = now_ns();
+        if (kTimeline && tl_op)
+            tl_op[1] = now_ns();
     }
     consumers_sync();
 }
@@ -237,12 +288,39 @@ __device__ __forceinline__ int2 block_rows(int N) {
                      (int)((int64_t)N * (blockIdx.x + 1) / gridDim.x));
 }
 
+/* whether the phase of that parity has completed, without waiting */
+__device__ __forceinline__ bool mbar_test(uint64_t *bar, unsigned parity) {
+    uint32_t done;
+    asm volatile("{\n\t.reg .pred p;\n\t"
+                 "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                 "selp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(done)
+                 : "r"(smem_u32(bar)), "r"(parity)
+                 : "memory");
+    return done != 0;
+}
+
+/* timeline: the pieces seen landed so far, in order, stamped. A stage's
+ * parity names its piece only until the stage is reused: before piece
+ * `issued` reuses one, every piece before issued - n_stages + 1 has landed
+ * (its stage came back empty) and is stamped now if it was not seen. */
+__device__ __forceinline__ void tl_lands(uint64_t *tl, uint64_t *full, int n_stages, int issued,
+                                         int &landed) {
+    while (landed < issued &&
+           (landed <= issued - n_stages ||
+            mbar_test(&full[landed % n_stages], (unsigned)(landed / n_stages) & 1u))) {
+        if (landed < kTlPieces)
+            tl[landed * 4 + 1] = now_ns();
+        landed++;
+    }
+}
+
 /* ---- the producer: every GEMV's share of this block, in program order */
 __device__ void produce(const ck_pstep_op *prog, int n_op, uint8_t *ring, int n_stages,
-                        uint64_t *full, uint64_t *empty) {
+                        uint64_t *full, uint64_t *empty, uint64_t *tl) {
     uint64_t policy; /* weights are read once a step: let them leave L2 first */
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-    int piece = 0;
+    int piece = 0, landed = 0;
     for (int i = 0; i < n_op; i++) {
         if (prog[i].kind != CKP_GEMV)
             continue;
@@ -254,14 +332,28 @@ __device__ void produce(const ck_pstep_op *prog, int n_op, uint8_t *ring, int n_
                                  ((int64_t)run * g.pair + rows.x) * g.K * 2;
             for (int64_t off = 0; off < bytes; off += kPiece, piece++) {
                 const int st = piece % n_stages;
-                if (piece >= n_stages) /* its previous piece consumed by all warps */
-                    mbar_wait(&empty[st], (unsigned)(piece / n_stages - 1) & 1u);
+                if (piece >= n_stages) { /* its previous piece consumed by all warps */
+                    const unsigned parity = (unsigned)(piece / n_stages - 1) & 1u;
+                    if (kTimeline && tl)
+                        while (!mbar_test(&empty[st], parity))
+                            tl_lands(tl, full, n_stages, piece, landed);
+                    else
+                        mbar_wait(&empty[st], parity);
+                }
                 const unsigned len = (unsigned)min((int64_t)kPiece, bytes - off);
+                if (kTimeline && tl) {
+                    tl_lands(tl, full, n_stages, piece, landed);
+                    if (piece < kTlPieces)
+                        tl[piece * 4] = now_ns();
+                }
                 mbar_arrive_expect(&full[st], len);
                 bulk_copy(ring + st * kPiece, src + off, len, &full[st], policy);
             }
         }
     }
+    if (kTimeline && tl)
+        while (landed < piece)
+            tl_lands(tl, full, n_stages, piece, landed);
 }
 
 /* ---- the consumers' ops */
@@ -399,7 +491,8 @@ __device__ __forceinline__ void start_row(int row, int &cur, float c[8], float *
 
 template <class T>
 __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, int n_stages, uint16_t *xs,
-                        float *acc, uint64_t *full, uint64_t *empty, int &piece, float *scratch) {
+                        float *acc, uint64_t *full, uint64_t *empty, int &piece, float *scratch,
+                        uint64_t *tl, uint64_t *tl_op) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int K = op.gemv.K, pair = op.gemv.pair, n_runs = pair ? 2 : 1;
     const int2 rows = block_rows(pair ? pair : op.gemv.N);
@@ -437,9 +530,13 @@ __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, int n_stages
             if (tid + j * kConsumers < K / 8)
                 reinterpret_cast<uint4 *>(xs)[tid + j * kConsumers] = xv[j];
     }
+    if (kTimeline && tl_op && tid == 0)
+        tl_op[2] = now_ns();
     for (int i = tid; i < kWarps * n_rows; i += kConsumers)
         acc[i] = 0.0f;
     consumers_sync();
+    if (kTimeline && tl_op && tid == 0)
+        tl_op[3] = now_ns();
 
     const int seg_per_row = K * 2 / kSeg;
     const uint4 *xs4 = reinterpret_cast<const uint4 *>(xs);
@@ -457,6 +554,8 @@ __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, int n_stages
         const int row = run * n_run + g0 / seg_per_row, col = g0 % seg_per_row;
         const uint4 *w4 = reinterpret_cast<const uint4 *>(ring + st * kPiece) + s0 * 32 + lane;
         mbar_wait(&full[st], (unsigned)(piece / n_stages) & 1u);
+        if (kTimeline && tl && tid == 0 && piece < kTlPieces)
+            tl[piece * 4 + 2] = now_ns();
         if (s0 + kSegPerWarp <= n_seg && col + kSegPerWarp <= seg_per_row) {
             /* the usual case: the whole run in one row, its loads first */
             start_row(row, cur, part, my_acc, lane);
@@ -480,6 +579,8 @@ __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, int n_stages
         __syncwarp();
         if (lane == 0)
             mbar_arrive(&empty[st]); /* the producer may refill the stage */
+        if (kTimeline && tl && tid == 0 && piece < kTlPieces)
+            tl[piece * 4 + 3] = now_ns();
     }
     start_row(-1, cur, part, my_acc, lane); /* the last row's sum */
     consumers_sync();
@@ -826,8 +927,10 @@ template <class T> __device__ void gather_op(const ck_pstep_op &op) {
 template <class T, int EPL>
 __global__ void __launch_bounds__(kThreads, 1)
     pstep_kernel(const ck_pstep_op *__restrict__ prog, int n_op, int x_bytes, int n_stages,
-                 unsigned *sync, uint64_t *trace) {
+                 unsigned *sync, uint64_t *trace, uint64_t *tl) {
     extern __shared__ __align__(128) uint8_t smem[];
+    if (kTimeline && tl)
+        tl += (int64_t)blockIdx.x * kTlStride;
     __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
     __shared__ float scratch[kWarps];
     __shared__ int flag;
@@ -845,7 +948,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     if (threadIdx.x >= kConsumers) {
         if (threadIdx.x == kConsumers)
-            produce(prog, n_op, ring, n_stages, full, empty);
+            produce(prog, n_op, ring, n_stages, full, empty, tl);
         return;
     }
     int piece = 0;
@@ -858,14 +961,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         case CKP_GEMV:
             if (i + 1 < n_op && prog[i + 1].kind == CKP_ATTN)
                 attn_prefetch<32 * EPL>(prog[i + 1]);
-            gemv_op<T>(op, ring, n_stages, xs, acc, full, empty, piece, scratch);
+            gemv_op<T>(op, ring, n_stages, xs, acc, full, empty, piece, scratch, tl,
+                       kTimeline && tl && i < kTlOps ? tl + kTlPieces * 4 + 4 * i : nullptr);
             break;
         case CKP_ATTN: attn_op<T, EPL>(op, reinterpret_cast<float *>(xs), &flag); break;
         case CKP_SWIGLU: swiglu_op<T>(op); break;
         case CKP_GATHER: gather_op<T>(op); break;
         }
         if (i + 1 < n_op)
-            grid_sync(sync, ++barriers * gridDim.x, trace ? trace + 3 * i : nullptr);
+            grid_sync(sync, ++barriers * gridDim.x, trace ? trace + 3 * i : nullptr,
+                      kTimeline && tl && i < kTlOps ? tl + kTlPieces * 4 + 4 * i : nullptr);
     }
 }
 
@@ -886,6 +991,70 @@ pstep_layout layout_for(int max_k, int dh) {
     return L;
 }
 
+/* The timeline (kTimeline builds): which launch to record, where. The
+ * launch count is the process's (diagnostics: one engine at a time). */
+struct timeline_state {
+    bool parsed;
+    int step, launches;
+    char file[512];
+    uint64_t *dev;
+};
+timeline_state timeline;
+
+/* the buffer for this launch, or NULL when it is not the one recorded */
+uint64_t *timeline_begin(cudaStream_t s, int blocks) {
+    if (!kTimeline)
+        return nullptr;
+    if (!timeline.parsed) {
+        timeline.parsed = true;
+        timeline.step = -1;
+        const char *e = getenv("HEADROOM_CUDA_PSTEP_TIMELINE");
+        if (e && sscanf(e, "%d:%511s", &timeline.step, timeline.file) != 2)
+            timeline.step = -1;
+    }
+    if (timeline.launches++ != timeline.step)
+        return nullptr;
+    const size_t bytes = (size_t)blocks * kTlStride * 8;
+    if (!timeline.dev && cudaMalloc((void **)&timeline.dev, bytes) != cudaSuccess) {
+        timeline.dev = nullptr;
+        return nullptr;
+    }
+    (void)cudaMemsetAsync(timeline.dev, 0, bytes, s);
+    return timeline.dev;
+}
+
+/* waits for the recorded launch and writes: int32 blocks, ops, stages,
+ * kTlPieces, kTlOps, kPiece; per op int32 kind, N, K, pair; then the
+ * blocks' records (uint64). Frees the buffer: one step is recorded. */
+void timeline_write(cudaStream_t s, const ck_pstep_op *ops, int n_op, int blocks, int n_stages) {
+    const size_t bytes = (size_t)blocks * kTlStride * 8;
+    uint64_t *h = static_cast<uint64_t *>(malloc(bytes));
+    ck_pstep_op *hops = static_cast<ck_pstep_op *>(malloc((size_t)n_op * sizeof *hops));
+    FILE *f = fopen(timeline.file, "wb");
+    bool ok = h && hops && f && cudaStreamSynchronize(s) == cudaSuccess &&
+              cudaMemcpy(h, timeline.dev, bytes, cudaMemcpyDeviceToHost) == cudaSuccess &&
+              cudaMemcpy(hops, ops, (size_t)n_op * sizeof *hops, cudaMemcpyDeviceToHost) ==
+                  cudaSuccess;
+    if (ok) {
+        const int32_t hdr[6] = {blocks, n_op, n_stages, kTlPieces, kTlOps, kPiece};
+        ok = fwrite(hdr, sizeof hdr, 1, f) == 1;
+        for (int i = 0; ok && i < n_op; i++) {
+            const bool g = hops[i].kind == CKP_GEMV;
+            const int32_t r[4] = {(int32_t)hops[i].kind, g ? hops[i].gemv.N : 0,
+                                  g ? hops[i].gemv.K : 0, g ? hops[i].gemv.pair : 0};
+            ok = fwrite(r, sizeof r, 1, f) == 1;
+        }
+        ok = ok && fwrite(h, bytes, 1, f) == 1;
+    }
+    fprintf(stderr, "pstep timeline: %s %s\n", ok ? "wrote" : "could not write", timeline.file);
+    if (f)
+        fclose(f);
+    free(h);
+    free(hops);
+    (void)cudaFree(timeline.dev);
+    timeline.dev = nullptr;
+}
+
 template <class T, int EPL>
 void pstep_launch(cudaStream_t s, const ck_pstep_op *ops, int n_op, int max_k, unsigned *sync,
                   uint64_t *trace) {
@@ -904,7 +1073,10 @@ void pstep_launch(cudaStream_t s, const ck_pstep_op *ops, int n_op, int max_k, u
     cfg.stream = s;
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
-    (void)cudaLaunchKernelEx(&cfg, kernel, ops, n_op, L.x_bytes, L.n_stages, sync, trace);
+    uint64_t *tl = timeline_begin(s, (int)cfg.gridDim.x);
+    (void)cudaLaunchKernelEx(&cfg, kernel, ops, n_op, L.x_bytes, L.n_stages, sync, trace, tl);
+    if (tl)
+        timeline_write(s, ops, n_op, (int)cfg.gridDim.x, L.n_stages);
 }
 
 /* whether one block fits on an SM (registers, shared memory): the grid

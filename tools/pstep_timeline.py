@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Reads the timeline of one persistent decode step and says where HBM waited.
+
+The library records it when built with -DHR_PSTEP_TIMELINE=ON and run with
+HEADROOM_CUDA_PSTEP_TIMELINE=step:file (graphs off, so that the step is an
+eager launch), e.g.
+
+  HEADROOM_CUDA_PSTEP_TIMELINE=150:/tmp/tl.bin headroom bench --device cuda \
+      --synthetic llama2-7b --prompt 128 --gen 256 --graphs off
+  python3 tools/pstep_timeline.py /tmp/tl.bin
+
+The file (src/backend/cuda/persistent.cu, timeline_write): int32 blocks, ops,
+stages, pieces and ops recorded a block, piece bytes; per op int32 kind, N, K,
+pair; then per block, %globaltimer ns: for each piece {copy issued, seen
+landed, consumption started, released} (warp 0), for each op {arrival at the
+barrier after it, barrier passed, (a GEMV) thread 0's part of x stored, all
+of x in}.
+
+Prints: the copies' latency and how long landed pieces waited for the
+consumers, the ring's state when each kind of op starts, and the rate at
+which bytes landed over each tenth of each kind of GEMV (GPU-wide).
+"""
+import sys
+
+import numpy as np
+
+KINDS = {0: "embed", 1: "norm", 2: "gemv", 3: "attn", 4: "swiglu", 5: "gather"}
+
+
+def load(path):
+    raw = open(path, "rb").read()
+    blocks, n_op, stages, n_pieces, n_ops, piece = (int(v) for v in np.frombuffer(raw[:24], np.int32))
+    ops = np.frombuffer(raw[24:24 + 16 * n_op], np.int32).reshape(n_op, 4)
+    rec = np.frombuffer(raw[24 + 16 * n_op:], np.uint64).reshape(blocks, n_pieces * 4 + n_ops * 4)
+    rec = rec.astype(np.int64)
+    pieces = rec[:, :n_pieces * 4].reshape(blocks, n_pieces, 4)
+    barriers = rec[:, n_pieces * 4:].reshape(blocks, n_ops, 4)[:, :n_op]
+    return dict(blocks=blocks, stages=stages, piece=piece, ops=ops, pieces=pieces,
+                barriers=barriers)
+
+
+def block_rows(n, b, blocks):
+    return n * b // blocks, n * (b + 1) // blocks
+
+
+def first_pieces(t):
+    """first[b][j]: block b's first piece of the j-th GEMV (as produce() walks them)"""
+    ops, blocks, piece = t["ops"], t["blocks"], t["piece"]
+    gemvs = [i for i in range(len(ops)) if ops[i, 0] == 2]
+    first = np.zeros((blocks, len(gemvs) + 1), np.int64)
+    for b in range(blocks):
+        c = 0
+        for j, i in enumerate(gemvs):
+            n, k, pair = (int(v) for v in ops[i, 1:])
+            r0, r1 = block_rows(pair or n, b, blocks)
+            c += (2 if pair else 1) * -(-((r1 - r0) * k * 2) // piece)
+            first[b, j + 1] = c
+    return gemvs, first
+
+
+def main(path):
+    t = load(path)
+    ops, blocks, stages, piece = t["ops"], t["blocks"], t["stages"], t["piece"]
+    p = t["pieces"]
+    used = int((p[:, :, 0] > 0).sum(axis=1).max())
+    t0 = p[:, 0, 0].min()
+    issue, land, start, release = (p[:, :used, c] - t0 for c in range(4))
+    arrive, passed, x_stored, x_in = (t["barriers"][:, :, c] - t0 for c in range(4))
+    gemvs, first = first_pieces(t)
+    if int(first[:, -1].max()) != used:
+        sys.exit("pstep_timeline: the pieces recorded do not match the program")
+    ok = np.arange(used)[None, :] < first[:, -1][:, None]
+    span = max(land[ok].max(), release[ok].max())
+    print(f"{blocks} blocks, {len(ops)} ops, {stages} ring stages of {piece} B; step {span / 1e3:.1f} us, "
+          f"{used} pieces a block at most")
+    lat = (land - issue)[ok] / 1e3
+    wait = (start - land)[ok] / 1e3
+    busy = (release - start)[ok] / 1e3
+    print(f"copy issued -> landed: mean {lat.mean():.2f} us (p10 {np.percentile(lat, 10):.2f}, "
+          f"p90 {np.percentile(lat, 90):.2f})")
+    print(f"landed -> consumption starts: mean {wait.mean():.2f} us (p50 {np.percentile(wait, 50):.2f}, "
+          f"p90 {np.percentile(wait, 90):.2f}); warp 0 on a piece: mean {busy.mean():.2f} us")
+
+    # the ring when an op starts, and what follows the barrier before a GEMV
+    rows = {}
+    for j, i in enumerate(gemvs):
+        if i == 0:
+            continue
+        key = ("gemv N=%d K=%d%s after %s" % (ops[i, 1], ops[i, 2], " pair" if ops[i, 3] else "",
+                                              KINDS[int(ops[i - 1, 0])]))
+        r = rows.setdefault(key, [[], [], [], [], [], [], []])
+        for b in range(blocks):
+            q = first[b, j]
+            ps = passed[b, i - 1]
+            r[0].append(int((land[b, q:q + stages] <= ps).sum()))
+            r[1].append((ps - arrive[b, i - 1]) / 1e3)
+            r[2].append((x_stored[b, i] - ps) / 1e3)
+            r[3].append((x_in[b, i] - ps) / 1e3)
+            r[4].append((start[b, q] - ps) / 1e3)
+            if q + stages < first[b, j + 1]:
+                r[5].append((issue[b, q + stages] - ps) / 1e3)
+                r[6].append((land[b, q + stages] - ps) / 1e3)
+    print("\nat a GEMV's barrier (means over blocks; 'pass' is the block's own):")
+    print(f"{'':44s} {'landed':>7s} {'arr->pass':>9s} {'->x stored':>10s} {'->x in':>7s} "
+          f"{'->1st use':>9s} {'->refill':>9s} {'->lands':>8s}")
+    for key, r in rows.items():
+        print(f"{key:44s} {np.mean(r[0]):5.2f}/{stages} {np.mean(r[1]):9.2f} {np.mean(r[2]):10.2f} "
+              f"{np.mean(r[3]):7.2f} {np.mean(r[4]):9.2f} {np.mean(r[5]):9.2f} {np.mean(r[6]):8.2f}")
+
+    last = arrive.max(axis=0)
+    lat_b = (passed - last[None, :]) / 1e3
+    spread = (last - arrive.min(axis=0)) / 1e3
+    for k in (2, 3):
+        sel = ops[:-1, 0] == k
+        print(f"barrier after {KINDS[k]}: arrivals spread {spread[:-1][sel].mean():.2f} us, "
+              f"last arrival -> pass {lat_b[:, :-1][:, sel].mean():.2f} us")
+
+    # GPU-wide landed rate over each tenth of each kind of GEMV
+    landed = np.sort(land[ok])
+
+    def rate(a, b):
+        return (np.searchsorted(landed, b) - np.searchsorted(landed, a)) * piece / (b - a) / 1e3
+
+    prof = {}
+    last_pass = passed.max(axis=0)
+    for i in gemvs:
+        if i == 0 or i + 1 >= len(ops):
+            continue
+        a, b = last_pass[i - 1], last_pass[i]
+        edges = np.linspace(a, b, 11)
+        key = "N=%d K=%d%s" % (ops[i, 1], ops[i, 2], " pair" if ops[i, 3] else "")
+        prof.setdefault(key, []).append([rate(edges[e], edges[e + 1]) for e in range(10)] + [(b - a) / 1e3])
+    print("\nbytes landed, GPU-wide TB/s, by tenths of each GEMV (barrier pass to pass):")
+    for key, r in prof.items():
+        m = np.mean(r, axis=0)
+        print(f"{key:22s} {m[-1]:6.1f} us  " + " ".join(f"{v:4.2f}" for v in m[:10]))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: pstep_timeline.py FILE")
+    main(sys.argv[1])
