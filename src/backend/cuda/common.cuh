@@ -132,6 +132,14 @@ __device__ __forceinline__ int64_t kv_row(const ck_attn_args &a, const int32_t *
     return (((int64_t)bt[t / a.BS] * a.Hkv + g) * a.BS + t % a.BS) * a.Dh;
 }
 
+/* d (16x8 f32) += a (16x16, row; a[0..3]) . b (16x8, col; b0, b1), ty the
+ * 16-bit type's PTX name */
+#define CK_MMA_16816(ty, d, a, b0, b1)                                                        \
+    asm("mma.sync.aligned.m16n8k16.row.col.f32." ty "." ty ".f32 {%0,%1,%2,%3}, "              \
+        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                                               \
+        : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                                \
+        : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"(b0), "r"(b1))
+
 /* The ck-type specific pieces: pairs of elements packed in 32 bits, and the
  * tensor-core product for that type. */
 template <typename T> struct ck_pair;
@@ -148,10 +156,7 @@ template <> struct ck_pair<__nv_bfloat16> {
     /* d (16x8 f32) += a (16x16, row) . b (16x8, col) */
     static __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], uint32_t b0,
                                                uint32_t b1) {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        CK_MMA_16816("bf16", d, a, b0, b1);
     }
 };
 
@@ -165,10 +170,7 @@ template <> struct ck_pair<__half> {
     }
     static __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], uint32_t b0,
                                                uint32_t b1) {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        CK_MMA_16816("f16", d, a, b0, b1);
     }
 };
 
@@ -216,6 +218,18 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
                      : "r"(smem_u32(bar)), "r"(parity)
                      : "memory");
     } while (!done);
+}
+
+/* whether the phase of that parity has completed, without waiting */
+__device__ __forceinline__ bool mbar_test(uint64_t *bar, unsigned parity) {
+    uint32_t done;
+    asm volatile("{\n\t.reg .pred p;\n\t"
+                 "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                 "selp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(done)
+                 : "r"(smem_u32(bar)), "r"(parity)
+                 : "memory");
+    return done != 0;
 }
 
 /* Programmatic dependent launch (sm_90). A kernel started with ck_launch

@@ -288,18 +288,6 @@ __device__ __forceinline__ int2 block_rows(int N) {
                      (int)((int64_t)N * (blockIdx.x + 1) / gridDim.x));
 }
 
-/* whether the phase of that parity has completed, without waiting */
-__device__ __forceinline__ bool mbar_test(uint64_t *bar, unsigned parity) {
-    uint32_t done;
-    asm volatile("{\n\t.reg .pred p;\n\t"
-                 "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                 "selp.u32 %0, 1, 0, p;\n\t}"
-                 : "=r"(done)
-                 : "r"(smem_u32(bar)), "r"(parity)
-                 : "memory");
-    return done != 0;
-}
-
 /* timeline: the pieces seen landed so far, in order, stamped. A stage's
  * parity names its piece only until the stage is reused: before piece
  * `issued` reuses one, every piece before issued - n_stages + 1 has landed
@@ -442,27 +430,10 @@ __device__ void norm_into(const float *x, const float *w, float eps, int D, T *y
  * segment's products summed in 32 groups, all of them once. The rest of
  * C is cross terms, never read. Two mma a segment replace 8 FMAs and 16
  * conversions a lane. c: C1 then C2 (f32, accumulated over a row). */
-#define PSTEP_MMA(ty, c, a, b0, b1)                                                           \
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." ty "." ty ".f32 "                  \
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"           \
-                 : "+f"((c)[0]), "+f"((c)[1]), "+f"((c)[2]), "+f"((c)[3])                    \
-                 : "r"((a).x), "r"((a).y), "r"((a).z), "r"((a).w), "r"(b0), "r"(b1))
-
-/* c (4 f32) += A (a) B (b0, b1), mma.m16n8k16 in T */
-template <class T> __device__ void mma_16816(float *c, uint4 a, uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float *c, uint4 a, uint32_t b0,
-                                                          uint32_t b1) {
-    PSTEP_MMA("bf16", c, a, b0, b1);
-}
-template <>
-__device__ __forceinline__ void mma_16816<__half>(float *c, uint4 a, uint32_t b0, uint32_t b1) {
-    PSTEP_MMA("f16", c, a, b0, b1);
-}
-
 template <class T> __device__ __forceinline__ void seg_dot(uint4 w, uint4 x, float c[8]) {
-    mma_16816<T>(c, w, x.x, x.z);     /* C1: A rows 0..7 */
-    mma_16816<T>(c + 4, w, x.y, x.w); /* C2: A rows 8..15 */
+    const uint32_t a[4] = {w.x, w.y, w.z, w.w};
+    ck_pair<T>::mma(c, a, x.x, x.z);     /* C1: A rows 0..7 */
+    ck_pair<T>::mma(c + 4, a, x.y, x.w); /* C2: A rows 8..15 */
 }
 
 /* this lane's share of the diagonals: lane 4n + n/2 holds C1[n][n] (c0 for
