@@ -43,6 +43,8 @@
  * them, with the rotations folded in (q rotated on load, this step's k
  * rotated from qkv and stored with v by the first head of its group), the
  * pool rows it reads prefetched into L2 while the qkv GEMV streams.
+ * While a block waits at a barrier it loads what the next ops need that no
+ * op writes: the next norm's weights, the next attention's K/V prefetch.
  *
  * Measured (H200, Llama-2-7B, 128-token prompt, 256 new, 2026-11-30): 246.5
  * tok/s bf16, 247.4 f16, against 232.2 op by op; 248.0 with 6 stages and
@@ -145,6 +147,17 @@
  * consumers need not wait for the whole of x (or no barrier), or ~5 us
  * more of in-flight weights per SM than shared memory holds.
  *
+ * Landed later (H200, 2026-12-01, bench/results/2026-12-01-h200-pstep-
+ * wait-window.jsonl, tok/s, three rounds against main in one call): the
+ * barrier split in two, and between its halves (thread 0 polling) warps
+ * 1..7 issue the next attention's K/V prefetch (it was issued at the qkv
+ * GEMV's start, ahead of its x) and every thread loads the next norm's
+ * weights: 259.9, 259.9, 258.5 against 256.0, 255.4, 256.6 (the K/V part
+ * alone 259.2, 258.4, 259.0). The timeline: x stored after the pass 1.9
+ * us at qkv (was 3.4), 1.7 at gate/up (2.2). Also tried: the next GEMV's
+ * x lines prefetched into L2 in the same window, 256.5, 256.3 against
+ * 257.0, 256.8 (another call): rejected.
+ *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
  * their x loads and norms 228, the attention 371, the grid barriers 534;
@@ -238,16 +251,17 @@ __device__ __forceinline__ uint64_t now_ns() {
     return t;
 }
 
-/* Every block's consumers arrive, then wait until all blocks have: the
- * counter only grows within a launch (target = barriers so far x blocks).
+/* The grid barrier, in two halves so that the block can issue loads that
+ * need nothing of this op between them (pstep_kernel): every block's
+ * consumers arrive, then thread 0 waits until all blocks have; the counter
+ * only grows within a launch (target = barriers so far x blocks).
  * The arrival is a release reduction, not an atomic whose old value the
  * block would wait for: the last block to arrive learns that it was last
  * one L2 round trip sooner, from its first poll.
  * trace (diagnostics, may be NULL): [0] block 0 done with the op, [1] the
  * last block's arrival (a max over the blocks: the timer only grows, so it
  * needs no reset between steps), [2] block 0 past the barrier. */
-__device__ __forceinline__ void grid_sync(unsigned *count, unsigned target, uint64_t *trace,
-                                          uint64_t *tl_op) {
+__device__ __forceinline__ void grid_arrive(unsigned *count, uint64_t *trace, uint64_t *tl_op) {
     consumers_sync();
     if (threadIdx.x == 0) {
         if (kTimeline && tl_op)
@@ -258,6 +272,12 @@ __device__ __forceinline__ void grid_sync(unsigned *count, unsigned target, uint
             atomicMax(reinterpret_cast<unsigned long long *>(trace + 1),
                       (unsigned long long)now_ns());
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
+    }
+}
+
+__device__ __forceinline__ void grid_wait(unsigned *count, unsigned target, uint64_t *trace,
+                                          uint64_t *tl_op) {
+    if (threadIdx.x == 0) {
         unsigned seen;
         do {
             asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
@@ -365,9 +385,27 @@ __device__ __forceinline__ float consumers_sum(float v, float *scratch) {
  * chunk of kNormPer elements a thread before its stores */
 constexpr int kNormPer = 8;
 
+/* a norm's weights (kRegs a thread, as the first branch of norm_into
+ * loads them), loaded while the block waits at the barrier before it */
+struct norm_pre {
+    float w[2 * kNormPer];
+    bool ok;
+};
+
+__device__ __forceinline__ void norm_preload(const float *w, int D, norm_pre &pre) {
+    pre.ok = D <= 2 * kNormPer * kConsumers;
+    if (!pre.ok)
+        return;
+#pragma unroll
+    for (int j = 0; j < 2 * kNormPer; j++) {
+        const int d = threadIdx.x + j * kConsumers;
+        pre.w[j] = d < D ? w[d] : 0.0f;
+    }
+}
+
 template <class T>
-__device__ void norm_into(const float *x, const float *w, float eps, int D, T *y,
-                          float *scratch) {
+__device__ __forceinline__ void norm_into(const float *x, const float *w, float eps, int D,
+                                          T *y, float *scratch, const norm_pre &pre) {
     constexpr int kRegs = 2 * kNormPer;
     if (D <= kRegs * kConsumers) {
         /* x and w loaded once, together: one L2 round trip, not two */
@@ -376,7 +414,7 @@ __device__ void norm_into(const float *x, const float *w, float eps, int D, T *y
         for (int j = 0; j < kRegs; j++) {
             const int d = threadIdx.x + j * kConsumers;
             v[j] = d < D ? __ldcg(x + d) : 0.0f;
-            wv[j] = d < D ? w[d] : 0.0f;
+            wv[j] = pre.ok ? pre.w[j] : d < D ? w[d] : 0.0f;
         }
 #pragma unroll
         for (int j = 0; j < kRegs; j++)
@@ -461,9 +499,10 @@ __device__ __forceinline__ void start_row(int row, int &cur, float c[8], float *
 }
 
 template <class T>
-__device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, int n_stages, uint16_t *xs,
-                        float *acc, uint64_t *full, uint64_t *empty, int &piece, float *scratch,
-                        uint64_t *tl, uint64_t *tl_op) {
+__device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, int n_stages,
+                                        uint16_t *xs, float *acc, uint64_t *full, uint64_t *empty,
+                                        int &piece, float *scratch, uint64_t *tl, uint64_t *tl_op,
+                                        const norm_pre &pre) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int K = op.gemv.K, pair = op.gemv.pair, n_runs = pair ? 2 : 1;
     const int2 rows = block_rows(pair ? pair : op.gemv.N);
@@ -484,7 +523,7 @@ __device__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, int n_stages
     }
     if (op.gemv.norm_x) {
         norm_into(op.gemv.norm_x, op.gemv.norm_w, op.gemv.eps, K, reinterpret_cast<T *>(xs),
-                  scratch);
+                  scratch, pre);
     } else {
         /* x into shared memory, every load issued before the first store (a
          * plain loop waits out an L2 round trip per element: the compiler
@@ -599,9 +638,12 @@ template <class T> __device__ void embed_op(const ck_pstep_op &op) {
 
 /* the final norm (the one no GEMV takes), on block 0: y = w * (x / rms(x)) */
 template <class T> __device__ void norm_op(const ck_pstep_op &op, float *scratch) {
-    if (blockIdx.x == 0)
+    if (blockIdx.x == 0) {
+        norm_pre none;
+        none.ok = false;
         norm_into(op.norm.x, op.norm.w, op.norm.eps, op.norm.D, static_cast<T *>(op.norm.y),
-                  scratch);
+                  scratch, none);
+    }
 }
 
 /* keys a warp has in flight a round, K and V kept as loaded (16-bit)
@@ -657,10 +699,11 @@ __device__ __forceinline__ void prefetch_l2(const void *p, unsigned bytes) {
 
 /* The pool rows this block's attention items will read (every position
  * but this step's, which comes from qkv) into L2 by bulk prefetches, one a
- * page run of K and of V: issued before the GEMV that makes q, k and v,
- * they land while it streams, and the attention's loads then wait on L2
- * rather than HBM. The pages depend on no activation of the step. */
-template <int Dh> __device__ void attn_prefetch(const ck_pstep_op &op) {
+ * page run of K and of V, by threads t0 and up: issued while the block
+ * waits at the barrier before the GEMV that makes q, k and v, they land
+ * while it streams, and the attention's loads then wait on L2 rather than
+ * HBM. The pages depend on no activation of the step. */
+template <int Dh> __device__ void attn_prefetch(const ck_pstep_op &op, int t0) {
     const int H = op.attn.H, Hkv = op.attn.Hkv, BS = op.attn.BS, ctx = op.attn.pos[0] + 1;
     const attn_splits sp = attn_split(op, ctx);
     const int32_t *bt = op.attn.block_tables + (int64_t)op.attn.seq[0] * op.attn.max_blocks;
@@ -669,7 +712,9 @@ template <int Dh> __device__ void attn_prefetch(const ck_pstep_op &op) {
     for (int item = blockIdx.x; item < H * sp.n; item += gridDim.x) {
         const int kvh = item / sp.n / (H / Hkv);
         const int p0 = item % sp.n * sp.len, p1 = min(ctx - 1, p0 + sp.len);
-        for (int pg = p0 / BS + (int)threadIdx.x; pg * BS < p1; pg += kConsumers) {
+        if ((int)threadIdx.x < t0)
+            break;
+        for (int pg = p0 / BS + (int)threadIdx.x - t0; pg * BS < p1; pg += kConsumers - t0) {
             const int a = max(p0, pg * BS), b = min(p1, pg * BS + BS);
             const int64_t at = (((int64_t)bt[pg] * Hkv + kvh) * BS + a % BS) * Dh * 2;
             prefetch_l2(kpool + at, (unsigned)(b - a) * Dh * 2);
@@ -924,24 +969,40 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     int piece = 0;
     unsigned barriers = 0;
+    norm_pre pre;
+    pre.ok = false;
     for (int i = 0; i < n_op; i++) {
         const ck_pstep_op &op = prog[i];
         switch (op.kind) {
         case CKP_EMBED: embed_op<T>(op); break;
         case CKP_NORM: norm_op<T>(op, scratch); break;
         case CKP_GEMV:
-            if (i + 1 < n_op && prog[i + 1].kind == CKP_ATTN)
-                attn_prefetch<32 * EPL>(prog[i + 1]);
             gemv_op<T>(op, ring, n_stages, xs, acc, full, empty, piece, scratch, tl,
-                       kTimeline && tl && i < kTlOps ? tl + kTlPieces * 4 + 4 * i : nullptr);
+                       kTimeline && tl && i < kTlOps ? tl + kTlPieces * 4 + 4 * i : nullptr,
+                       pre);
             break;
         case CKP_ATTN: attn_op<T, EPL>(op, reinterpret_cast<float *>(xs), &flag); break;
         case CKP_SWIGLU: swiglu_op<T>(op); break;
         case CKP_GATHER: gather_op<T>(op); break;
         }
-        if (i + 1 < n_op)
-            grid_sync(sync, ++barriers * gridDim.x, trace ? trace + 3 * i : nullptr,
-                      kTimeline && tl && i < kTlOps ? tl + kTlPieces * 4 + 4 * i : nullptr);
+        if (i + 1 < n_op) {
+            uint64_t *tl_op =
+                kTimeline && tl && i < kTlOps ? tl + kTlPieces * 4 + 4 * i : nullptr;
+            grid_arrive(sync, trace ? trace + 3 * i : nullptr, tl_op);
+            /* while thread 0 waits for the other blocks, the loads of the
+             * next ops that need no activation of this op: the next norm's
+             * weights, and the K/V prefetch of the attention after the next
+             * GEMV (warps 1..7, so that thread 0 polls at once) */
+            const ck_pstep_op &next = prog[i + 1];
+            pre.ok = false;
+            if (next.kind == CKP_GEMV) {
+                if (i + 2 < n_op && prog[i + 2].kind == CKP_ATTN)
+                    attn_prefetch<32 * EPL>(prog[i + 2], 32);
+                if (next.gemv.norm_x)
+                    norm_preload(next.gemv.norm_w, next.gemv.K, pre);
+            }
+            grid_wait(sync, ++barriers * gridDim.x, trace ? trace + 3 * i : nullptr, tl_op);
+        }
     }
 }
 
