@@ -158,6 +158,22 @@
  * x lines prefetched into L2 in the same window, 256.5, 256.3 against
  * 257.0, 256.8 (another call): rejected.
  *
+ * Landed later (H200, 2026-12-01, bench/results/2026-12-01-h200-pstep-
+ * inflight.jsonl; timelines with a stamp after the arrival's release):
+ * after a GEMV the arrival's release fence took 2.3-3.9 us on average
+ * (the last block's 1.1-3.7), after the attention 0.4; with the epilogue's
+ * stores left out (measurement only) it still took 2.3-4.1, and with a
+ * relaxed arrival (no fence; measurement only, not correct by the memory
+ * model) the step ran 264.0, 264.0, 263.7 against 259.2, 258.8, 259.7, the
+ * arrival itself then late only after the o GEMV (3.8 us). So the fence
+ * waits for the block's weight copies in flight, and the block's requests
+ * queue behind them. At most kInFlight copies in flight, the rest of the
+ * ring landed: 2, 265.5, 265.9 against 260.8, 260.8; 3, 259.7, 260.0
+ * (copies land in 2.2 us instead of 3.1, arrivals spread 2.0 us instead of
+ * 3.8, the fence still 1.9-3.0); 4, 259.4, 257.7; 1, 260.8, 261.3; as
+ * committed 265.7, 266.0 against 260.7, 260.7 (test_cuda_pstep 40/40; 32k
+ * context 114.1 against 113.9).
+ *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
  * their x loads and norms 228, the attention 371, the grid barriers 534;
@@ -209,6 +225,15 @@ constexpr int kSegPerWarp = kSegPerPiece / kWarps; /* a warp's run of a piece */
 constexpr int kSmemMax = 227 * 1024;               /* a block's shared memory on an H100/H200 */
 static_assert(kPiece % kSeg == 0 && kSegPerPiece % kWarps == 0, "whole runs of segments");
 static_assert(kXBytes + kAccBytes + 5 * kPiece <= kSmemMax, "5 stages at the widest x");
+
+/* At most kInFlight of a block's copies in flight (issued, not landed); the
+ * rest of the ring holds landed pieces. Why: a block's memory requests
+ * leave the SM in order, so the consumers' stores and the barrier's
+ * arrival after a GEMV queue behind the copies the producer has issued,
+ * and the arrival's release fence waits for all of them to land: 2.3-3.9
+ * us a GEMV (timeline) with the ring's 6 in flight, against 0.4 after the
+ * attention, when none are. Two in flight still keep HBM busy. */
+constexpr int kInFlight = 2;
 
 /* The timeline of one step (a build with -DHR_PSTEP_TIMELINE=ON only; the
  * step and file from HEADROOM_CUDA_PSTEP_TIMELINE=step:file, graphs off;
@@ -347,6 +372,10 @@ __device__ void produce(const ck_pstep_op *prog, int n_op, uint8_t *ring, int n_
                             tl_lands(tl, full, n_stages, piece, landed);
                     else
                         mbar_wait(&empty[st], parity);
+                }
+                if (piece >= kInFlight) { /* the copy kInFlight back has landed */
+                    const int q = piece - kInFlight;
+                    mbar_wait(&full[q % n_stages], (unsigned)(q / n_stages) & 1u);
                 }
                 const unsigned len = (unsigned)min((int64_t)kPiece, bytes - off);
                 if (kTimeline && tl) {
