@@ -13,12 +13,13 @@ The file (src/backend/cuda/persistent.cu, timeline_write): int32 blocks, ops,
 stages, pieces and ops recorded a block, piece bytes; per op int32 kind, N, K,
 pair; then per block, %globaltimer ns: for each piece {copy issued, seen
 landed, consumption started, released} (warp 0), for each op {arrival at the
-barrier after it, barrier passed, (a GEMV) thread 0's part of x stored, all
-of x in}.
+barrier after it, barrier passed, (a GEMV) thread 0's part of x stored, the
+arrival's release done}.
 
 Prints: the copies' latency and how long landed pieces waited for the
-consumers, the ring's state when each kind of op starts, and the rate at
-which bytes landed over each tenth of each kind of GEMV (GPU-wide).
+consumers, the ring's state when each kind of op starts, how long the
+barriers' release fences took, and the rate at which bytes landed over each
+tenth of each kind of GEMV (GPU-wide).
 """
 import sys
 
@@ -65,7 +66,7 @@ def main(path):
     used = int((p[:, :, 0] > 0).sum(axis=1).max())
     t0 = p[:, 0, 0].min()
     issue, land, start, release = (p[:, :used, c] - t0 for c in range(4))
-    arrive, passed, x_stored, x_in = (t["barriers"][:, :, c] - t0 for c in range(4))
+    arrive, passed, x_stored, released = (t["barriers"][:, :, c] - t0 for c in range(4))
     gemvs, first = first_pieces(t)
     if int(first[:, -1].max()) != used:
         sys.exit("pstep_timeline: the pieces recorded do not match the program")
@@ -95,13 +96,13 @@ def main(path):
             r[0].append(int((land[b, q:q + stages] <= ps).sum()))
             r[1].append((ps - arrive[b, i - 1]) / 1e3)
             r[2].append((x_stored[b, i] - ps) / 1e3)
-            r[3].append((x_in[b, i] - ps) / 1e3)
+            r[3].append((released[b, i - 1] - arrive[b, i - 1]) / 1e3)
             r[4].append((start[b, q] - ps) / 1e3)
             if q + stages < first[b, j + 1]:
                 r[5].append((issue[b, q + stages] - ps) / 1e3)
                 r[6].append((land[b, q + stages] - ps) / 1e3)
     print("\nat a GEMV's barrier (means over blocks; 'pass' is the block's own):")
-    print(f"{'':44s} {'landed':>7s} {'arr->pass':>9s} {'->x stored':>10s} {'->x in':>7s} "
+    print(f"{'':44s} {'landed':>7s} {'arr->pass':>9s} {'->x stored':>10s} {'fence':>7s} "
           f"{'->1st use':>9s} {'->refill':>9s} {'->lands':>8s}")
     for key, r in rows.items():
         print(f"{key:44s} {np.mean(r[0]):5.2f}/{stages} {np.mean(r[1]):9.2f} {np.mean(r[2]):10.2f} "
@@ -110,10 +111,15 @@ def main(path):
     last = arrive.max(axis=0)
     lat_b = (passed - last[None, :]) / 1e3
     spread = (last - arrive.min(axis=0)) / 1e3
+    fence = (released - arrive) / 1e3
+    last_fence = fence[arrive.argmax(axis=0), np.arange(len(last))]
+    release_to_pass = (np.median(passed, axis=0) - released.max(axis=0)) / 1e3
     for k in (2, 3):
         sel = ops[:-1, 0] == k
         print(f"barrier after {KINDS[k]}: arrivals spread {spread[:-1][sel].mean():.2f} us, "
-              f"last arrival -> pass {lat_b[:, :-1][:, sel].mean():.2f} us")
+              f"last arrival -> pass {lat_b[:, :-1][:, sel].mean():.2f} us; release fence "
+              f"{fence[:, :-1][:, sel].mean():.2f} us (the last arrival's {last_fence[:-1][sel].mean():.2f}), "
+              f"last release -> pass {release_to_pass[:-1][sel].mean():.2f} us")
 
     # GPU-wide landed rate over each tenth of each kind of GEMV
     landed = np.sort(land[ok])

@@ -239,10 +239,11 @@ constexpr int kInFlight = 2;
  * step and file from HEADROOM_CUDA_PSTEP_TIMELINE=step:file, graphs off;
  * tools/pstep_timeline.py reads it): every piece's copy issued, seen
  * landed (the producer polls while it waits), its consumption started and
- * released by warp 0; for every op the arrival at the barrier after it and
- * its pass, and for a GEMV the moments thread 0 had stored its part of x
- * and all of x was in; per block, in %globaltimer ns: kTlPieces x 4 then
- * kTlOps x 4 values. */
+ * released by warp 0; for every op the arrival at the barrier after it,
+ * its pass, for a GEMV the moment thread 0 had stored its part of x, and
+ * the moment the arrival's release was done (its fence waits for the
+ * block's earlier memory operations); per block, in %globaltimer ns:
+ * kTlPieces x 4 then kTlOps x 4 values. */
 #ifdef HR_PSTEP_TIMELINE
 constexpr bool kTimeline = true;
 #else
@@ -297,6 +298,8 @@ __device__ __forceinline__ void grid_arrive(unsigned *count, uint64_t *trace, ui
             atomicMax(reinterpret_cast<unsigned long long *>(trace + 1),
                       (unsigned long long)now_ns());
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
+        if (kTimeline && tl_op)
+            tl_op[3] = now_ns();
     }
 }
 
@@ -574,8 +577,6 @@ __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ri
     for (int i = tid; i < kWarps * n_rows; i += kConsumers)
         acc[i] = 0.0f;
     consumers_sync();
-    if (kTimeline && tl_op && tid == 0)
-        tl_op[3] = now_ns();
 
     const int seg_per_row = K * 2 / kSeg;
     const uint4 *xs4 = reinterpret_cast<const uint4 *>(xs);
