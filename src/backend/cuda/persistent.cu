@@ -15,11 +15,12 @@
  * producer, walks the same program and copies the block's share of every
  * matrix (a contiguous range of rows: rows are contiguous in memory) into
  * a ring of shared-memory stages with bulk copies (TMA), as far ahead as the
- * ring allows. The weights depend on no activation, so the producer crosses
- * the barriers freely: while the consumers run the attention or wait at a
- * barrier, the next matrix is already on its way. The ring (as many 32 KB
- * stages as fit beside x, at most 6: 192 KB a block for Llama-2-7B, 25 MB
- * over 132 SMs) covers ~6 us of streaming.
+ * ring allows, at most kInFlight copies in flight at once. The weights
+ * depend on no activation, so the producer crosses the barriers freely:
+ * while the consumers run the attention or wait at a barrier, the next
+ * matrix is already on its way. The ring (as many 32 KB stages as fit
+ * beside x, at most 6: 192 KB a block for Llama-2-7B, 25 MB over 132 SMs)
+ * covers ~6 us of streaming.
  *
  * A GEMV: the block's rows [r0, r1) of W are one contiguous run of bytes,
  * cut into pieces of kPiece bytes (the last shorter); warp w takes the w-th
@@ -729,11 +730,13 @@ __device__ __forceinline__ void prefetch_l2(const void *p, unsigned bytes) {
 
 /* The pool rows this block's attention items will read (every position
  * but this step's, which comes from qkv) into L2 by bulk prefetches, one a
- * page run of K and of V, by threads t0 and up: issued while the block
- * waits at the barrier before the GEMV that makes q, k and v, they land
- * while it streams, and the attention's loads then wait on L2 rather than
- * HBM. The pages depend on no activation of the step. */
-template <int Dh> __device__ void attn_prefetch(const ck_pstep_op &op, int t0) {
+ * page run of K and of V, by warps 1..7 (thread 0 polls the barrier
+ * meanwhile): issued while the block waits at the barrier before the GEMV
+ * that makes q, k and v, they land while it streams, and the attention's
+ * loads then wait on L2 rather than HBM. The pages depend on no activation
+ * of the step. */
+template <int Dh> __device__ void attn_prefetch(const ck_pstep_op &op) {
+    constexpr int kFirst = 32; /* warp 0 polls */
     const int H = op.attn.H, Hkv = op.attn.Hkv, BS = op.attn.BS, ctx = op.attn.pos[0] + 1;
     const attn_splits sp = attn_split(op, ctx);
     const int32_t *bt = op.attn.block_tables + (int64_t)op.attn.seq[0] * op.attn.max_blocks;
@@ -742,9 +745,10 @@ template <int Dh> __device__ void attn_prefetch(const ck_pstep_op &op, int t0) {
     for (int item = blockIdx.x; item < H * sp.n; item += gridDim.x) {
         const int kvh = item / sp.n / (H / Hkv);
         const int p0 = item % sp.n * sp.len, p1 = min(ctx - 1, p0 + sp.len);
-        if ((int)threadIdx.x < t0)
+        if ((int)threadIdx.x < kFirst)
             break;
-        for (int pg = p0 / BS + (int)threadIdx.x - t0; pg * BS < p1; pg += kConsumers - t0) {
+        for (int pg = p0 / BS + (int)threadIdx.x - kFirst; pg * BS < p1;
+             pg += kConsumers - kFirst) {
             const int a = max(p0, pg * BS), b = min(p1, pg * BS + BS);
             const int64_t at = (((int64_t)bt[pg] * Hkv + kvh) * BS + a % BS) * Dh * 2;
             prefetch_l2(kpool + at, (unsigned)(b - a) * Dh * 2);
@@ -1027,7 +1031,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             pre.ok = false;
             if (next.kind == CKP_GEMV) {
                 if (i + 2 < n_op && prog[i + 2].kind == CKP_ATTN)
-                    attn_prefetch<32 * EPL>(prog[i + 2], 32);
+                    attn_prefetch<32 * EPL>(prog[i + 2]);
                 if (next.gemv.norm_x)
                     norm_preload(next.gemv.norm_w, next.gemv.K, pre);
             }
