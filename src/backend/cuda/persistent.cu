@@ -15,8 +15,10 @@
  * producer, walks the same program and copies the block's share of every
  * matrix (a contiguous range of rows: rows are contiguous in memory) into
  * a ring of shared-memory stages with bulk copies (TMA), as far ahead as the
- * ring allows, at most kInFlight copies in flight at once. The weights
- * depend on no activation, so the producer crosses the barriers freely:
+ * ring allows, at most kInFlight copies in flight at once (and the stages
+ * freed by a GEMV's last kHold pieces refilled only once the block has
+ * arrived at the barrier after it). The weights depend on no activation,
+ * so the producer crosses the barriers:
  * while the consumers run the attention or wait at a barrier, the next
  * matrix is already on its way. The ring (as many 32 KB stages as fit
  * beside x, at most 6: 192 KB a block for Llama-2-7B, 25 MB over 132 SMs)
@@ -175,6 +177,31 @@
  * committed 265.7, 266.0 against 260.7, 260.7 (test_cuda_pstep 40/40; 32k
  * context 114.1 against 113.9).
  *
+ * Landed later (H200, 2026-12-01, bench/results/2026-12-01-h200-pstep-
+ * hold.jsonl, tok/s, libraries swapped in one call, two rounds): the
+ * refills of the stages that a GEMV's last 3 pieces free wait for the
+ * block's arrival at the barrier after it (kHold): 270.4, 269.9 against
+ * 268.1, 268.3; in two later calls 267.9, 268.3 against 266.0, 266.1 and
+ * 268.2, 268.4 against 266.1, 264.9 (test_cuda_pstep 40/40). Its timeline:
+ * the GEMV barriers' release fence 0.96-1.45 us (1.45-1.59 without), x in
+ * 2.6-2.8 us after the pass at qkv and gate/up (1.9 without: the held
+ * refills go out with x's loads). 4 held, 269.0, 268.6; 3 held and 3 in
+ * flight, 266.4, 265.8. Rejected: the held pieces bulk-prefetched into L2
+ * as their stages came free, the first only 266.8, 266.3, all of them
+ * 258.8, 259.1 (against 267.9, 268.3 held alone); the hold released once
+ * the next GEMV's x is in rather than at the arrival (x in after 1.4-2.1
+ * us again, but each GEMV's first tenth streams less), 2 held 268.5,
+ * 268.9, 3 held 269.2, 268.5, 4 held 265.2, 265.6 against 268.2, 268.4:
+ * no better than the simpler form. A relaxed arrival (measurement only)
+ * ran 275.0, 274.9 against 268.1, 268.3: the fence still takes ~1 us
+ * under the weights' stream with the block's last refills held, so only a publication that needs no release fence (values tagged with
+ * the step, checked by their readers) would take that back.
+ * Rejected the same day: the attention's round of 8 keys scored together,
+ * one rescale a round rather than one a key, with the next round's rows
+ * prefetched into L1: 261.5, 261.1 against 265.5, 265.6 (without the L1
+ * prefetch 262.4, 262.9), and wrong (test_cuda_pstep: 6 of 40 failed, at
+ * llama2-7b, llama3-8b and tinyllama-1.1b bf16); the cause was not found.
+ *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
  * their x loads and norms 228, the attention 371, the grid barriers 534;
@@ -236,6 +263,14 @@ static_assert(kXBytes + kAccBytes + 5 * kPiece <= kSmemMax, "5 stages at the wid
  * (2 measured fastest of 1, 2, 3, 4 and 6). */
 constexpr int kInFlight = 2;
 
+/* The refills of the stages that a GEMV's last kHold pieces free wait for
+ * the block's arrival at the barrier after it: issued earlier, they are in
+ * flight while the arrival's release fence runs, and it runs longer
+ * (timelines: 1.45-1.59 us a GEMV barrier, 0.96-1.45 with 3 held; 0.4 after
+ * the attention, when the ring is full). 3 held ran faster than 4 and 6
+ * (header, "Landed later"). */
+constexpr int kHold = 3;
+
 /* The timeline of one step (a build with -DHR_PSTEP_TIMELINE=ON only; the
  * step and file from HEADROOM_CUDA_PSTEP_TIMELINE=step:file, graphs off;
  * tools/pstep_timeline.py reads it): every piece's copy issued, seen
@@ -288,7 +323,8 @@ __device__ __forceinline__ uint64_t now_ns() {
  * trace (diagnostics, may be NULL): [0] block 0 done with the op, [1] the
  * last block's arrival (a max over the blocks: the timer only grows, so it
  * needs no reset between steps), [2] block 0 past the barrier. */
-__device__ __forceinline__ void grid_arrive(unsigned *count, uint64_t *trace, uint64_t *tl_op) {
+__device__ __forceinline__ void grid_arrive(unsigned *count, uint64_t *trace, uint64_t *tl_op,
+                                            volatile int *arrived, int op) {
     consumers_sync();
     if (threadIdx.x == 0) {
         if (kTimeline && tl_op)
@@ -299,6 +335,7 @@ __device__ __forceinline__ void grid_arrive(unsigned *count, uint64_t *trace, ui
             atomicMax(reinterpret_cast<unsigned long long *>(trace + 1),
                       (unsigned long long)now_ns());
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
+        *arrived = op + 1; /* the producer may refill the stages it held (kHold) */
         if (kTimeline && tl_op)
             tl_op[3] = now_ns();
     }
@@ -354,7 +391,11 @@ __device__ __forceinline__ void tl_lands(uint64_t *tl, uint64_t *full, int n_sta
 
 /* ---- the producer: every GEMV's share of this block, in program order */
 __device__ void produce(const ck_pstep_op *prog, int n_op, uint8_t *ring, int n_stages,
-                        uint64_t *full, uint64_t *empty, uint64_t *tl) {
+                        uint64_t *full, uint64_t *empty, uint64_t *tl,
+                        const volatile int *arrived) {
+    /* hold[st]: the refill of stage st waits until *arrived >= hold[st] (0:
+     * it need not), i.e. for the arrival after the GEMV that used it last */
+    int hold[kMaxStages] = {};
     uint64_t policy; /* weights are read once a step: let them leave L2 first */
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
     int piece = 0, landed = 0;
@@ -364,6 +405,8 @@ __device__ void produce(const ck_pstep_op *prog, int n_op, uint8_t *ring, int n_
         const ck_pstep_gemv &g = prog[i].gemv;
         const int2 rows = block_rows(g.pair ? g.pair : g.N);
         const int64_t bytes = (int64_t)(rows.y - rows.x) * g.K * 2;
+        const int n_pieces = (g.pair ? 2 : 1) * (int)((bytes + kPiece - 1) / kPiece);
+        const int last_piece = piece + n_pieces - 1;
         for (int run = 0; run < (g.pair ? 2 : 1); run++) { /* paired: gate rows, then up */
             const uint8_t *src = static_cast<const uint8_t *>(g.W) +
                                  ((int64_t)run * g.pair + rows.x) * g.K * 2;
@@ -376,7 +419,13 @@ __device__ void produce(const ck_pstep_op *prog, int n_op, uint8_t *ring, int n_
                             tl_lands(tl, full, n_stages, piece, landed);
                     else
                         mbar_wait(&empty[st], parity);
+                    while (*arrived < hold[st])
+                        if (kTimeline && tl)
+                            tl_lands(tl, full, n_stages, piece, landed);
                 }
+                /* the op's last pieces; at most n_stages, so that no refill
+                 * waits for the end of the op it belongs to */
+                hold[st] = piece > last_piece - min(kHold, n_stages) ? i + 1 : 0;
                 if (piece >= kInFlight) { /* the copy kInFlight back has landed */
                     const int q = piece - kInFlight;
                     mbar_wait(&full[q % n_stages], (unsigned)(q / n_stages) & 1u);
@@ -984,11 +1033,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
     __shared__ float scratch[kWarps];
     __shared__ int flag;
+    __shared__ int arrived; /* the last op whose barrier arrival is released, + 1 */
     uint16_t *xs = reinterpret_cast<uint16_t *>(smem);
     float *acc = reinterpret_cast<float *>(smem + x_bytes);
     uint8_t *ring = smem + x_bytes + kAccBytes;
 
     if (threadIdx.x == 0) {
+        arrived = 0;
         for (int st = 0; st < n_stages; st++) {
             mbar_init(&full[st], 1);
             mbar_init(&empty[st], kWarps);
@@ -998,7 +1049,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     if (threadIdx.x >= kConsumers) {
         if (threadIdx.x == kConsumers)
-            produce(prog, n_op, ring, n_stages, full, empty, tl);
+            produce(prog, n_op, ring, n_stages, full, empty, tl, &arrived);
         return;
     }
     int piece = 0;
@@ -1022,7 +1073,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (i + 1 < n_op) {
             uint64_t *tl_op =
                 kTimeline && tl && i < kTlOps ? tl + kTlPieces * 4 + 4 * i : nullptr;
-            grid_arrive(sync, trace ? trace + 3 * i : nullptr, tl_op);
+            grid_arrive(sync, trace ? trace + 3 * i : nullptr, tl_op, &arrived, i);
             /* while thread 0 waits for the other blocks, the loads of the
              * next ops that need no activation of this op: the next norm's
              * weights, and the K/V prefetch of the attention after the next
