@@ -10,15 +10,16 @@ eager launch), e.g.
   python3 tools/pstep_timeline.py /tmp/tl.bin
 
 The file (src/backend/cuda/persistent.cu, timeline_write): int32 blocks, ops,
-stages, pieces and ops recorded a block, piece bytes; per op int32 kind, N, K,
-pair; then per block, %globaltimer ns: for each piece {copy issued, seen
-landed, consumption started, released} (warp 0), for each op {arrival at the
-barrier after it, barrier passed, (a GEMV) thread 0's part of x stored, the
-arrival's release done}.
+stages, pieces and ops recorded a block, piece bytes, slots an op; per op int32
+kind, N, K, pair; then per block, %globaltimer ns: for each piece {copy issued,
+seen landed, consumption started, released} (warp 0), for each op {arrival at
+the barrier after it, barrier passed, (a GEMV) thread 0's part of x stored, the
+arrival's release done, (an attention) q in, warp 0's keys done, the warps
+merged, the split's partial out and counted (or the head merged)}.
 
 Prints: the copies' latency and how long landed pieces waited for the
 consumers, the ring's state when each kind of op starts, how long the
-barriers' release fences took, and the rate at which bytes landed over each
+barriers' release fences took, where an attention's time goes, and the rate at which bytes landed over each
 tenth of each kind of GEMV (GPU-wide).
 """
 import sys
@@ -30,12 +31,13 @@ KINDS = {0: "embed", 1: "norm", 2: "gemv", 3: "attn", 4: "swiglu", 5: "gather"}
 
 def load(path):
     raw = open(path, "rb").read()
-    blocks, n_op, stages, n_pieces, n_ops, piece = (int(v) for v in np.frombuffer(raw[:24], np.int32))
-    ops = np.frombuffer(raw[24:24 + 16 * n_op], np.int32).reshape(n_op, 4)
-    rec = np.frombuffer(raw[24 + 16 * n_op:], np.uint64).reshape(blocks, n_pieces * 4 + n_ops * 4)
+    hdr = [int(v) for v in np.frombuffer(raw[:28], np.int32)]
+    blocks, n_op, stages, n_pieces, n_ops, piece, slots = hdr
+    ops = np.frombuffer(raw[28:28 + 16 * n_op], np.int32).reshape(n_op, 4)
+    rec = np.frombuffer(raw[28 + 16 * n_op:], np.uint64).reshape(blocks, n_pieces * 4 + n_ops * slots)
     rec = rec.astype(np.int64)
     pieces = rec[:, :n_pieces * 4].reshape(blocks, n_pieces, 4)
-    barriers = rec[:, n_pieces * 4:].reshape(blocks, n_ops, 4)[:, :n_op]
+    barriers = rec[:, n_pieces * 4:].reshape(blocks, n_ops, slots)[:, :n_op]
     return dict(blocks=blocks, stages=stages, piece=piece, ops=ops, pieces=pieces,
                 barriers=barriers)
 
@@ -120,6 +122,25 @@ def main(path):
               f"last arrival -> pass {lat_b[:, :-1][:, sel].mean():.2f} us; release fence "
               f"{fence[:, :-1][:, sel].mean():.2f} us (the last arrival's {last_fence[:-1][sel].mean():.2f}), "
               f"last release -> pass {release_to_pass[:-1][sel].mean():.2f} us")
+
+    # the attentions, from each block's pass of the barrier before them
+    att = [i for i in range(1, len(ops)) if ops[i, 0] == 3]
+    B = t["barriers"]
+    marks = []
+    for i in att:
+        has = B[:, i, 4] > 0  # blocks that had an item
+        ps = B[has, i - 1, 1]
+        marks.append(np.stack([B[has, i, c] - ps for c in (4, 5, 6, 7, 0)], axis=1) / 1e3)
+    if marks:
+        m = np.concatenate(marks)
+        names = ("q in", "warp 0's keys", "warps merged", "split out", "arrival")
+        print("\nattention, us after the block's pass (blocks with an item; p50 / mean / p90):")
+        for c, name in enumerate(names):
+            print(f"  {name:15s} {np.percentile(m[:, c], 50):5.2f} {m[:, c].mean():5.2f} "
+                  f"{np.percentile(m[:, c], 90):5.2f}")
+        phase = [(B[:, i, 1].max() - B[:, i - 1, 1].min()) / 1e3 for i in att]
+        print(f"  first pass before to last pass after: {np.mean(phase):.2f} us; "
+              f"{int((B[:, att[0], 4] > 0).sum())} of {blocks} blocks with an item")
 
     # GPU-wide landed rate over each tenth of each kind of GEMV
     landed = np.sort(land[ok])

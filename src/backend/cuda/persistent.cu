@@ -276,17 +276,20 @@ constexpr int kHold = 3;
  * tools/pstep_timeline.py reads it): every piece's copy issued, seen
  * landed (the producer polls while it waits), its consumption started and
  * released by warp 0; for every op the arrival at the barrier after it,
- * its pass, for a GEMV the moment thread 0 had stored its part of x, and
- * the moment the arrival's release was done (its fence waits for the
- * block's earlier memory operations); per block, in %globaltimer ns:
- * kTlPieces x 4 then kTlOps x 4 values. */
+ * its pass, for a GEMV the moment thread 0 had stored its part of x, the
+ * moment the arrival's release was done (its fence waits for the block's
+ * earlier memory operations), and for an attention (thread 0, the block's
+ * last item) q in and rotated, warp 0's keys done, the warps merged, the
+ * split's partial out and counted (the head's last split: merged); per
+ * block, in %globaltimer ns: kTlPieces x 4 then kTlOps x kTlOpSlots values. */
 #ifdef HR_PSTEP_TIMELINE
 constexpr bool kTimeline = true;
 #else
 constexpr bool kTimeline = false;
 #endif
 constexpr int kTlPieces = 4096, kTlOps = 512;
-constexpr int kTlStride = kTlPieces * 4 + kTlOps * 4;
+constexpr int kTlOpSlots = 8;
+constexpr int kTlStride = kTlPieces * 4 + kTlOps * kTlOpSlots;
 
 __device__ __forceinline__ void mbar_arrive_expect(uint64_t *bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
@@ -812,7 +815,7 @@ template <int Dh> __device__ void attn_prefetch(const ck_pstep_op &op) {
  * writes out directly, else the split's partial goes to work and the last
  * split of the head to arrive merges them all. */
 template <class T, int EPL>
-__device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag) {
+__device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag, uint64_t *tl_op) {
     constexpr int Dh = 32 * EPL, ATT_U = kAttKeys;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int H = op.attn.H, Hkv = op.attn.Hkv, BS = op.attn.BS;
@@ -882,6 +885,8 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag) {
 #pragma unroll
         for (int e = 0; e < EPL; e++)
             q[e] *= op.attn.scale;
+        if (kTimeline && tl_op && tid == 0)
+            tl_op[4] = now_ns();
         float m = -INFINITY, l = 0.0f, o[EPL];
 #pragma unroll
         for (int e = 0; e < EPL; e++)
@@ -910,6 +915,8 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag) {
             if (p + kWarps * ATT_U < p1)
                 load_keys(p + kWarps * ATT_U); /* the next round */
         }
+        if (kTimeline && tl_op && tid == 0)
+            tl_op[5] = now_ns();
         /* merge the warps */
         float *wp = scratch + warp * PART;
 #pragma unroll
@@ -932,6 +939,8 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag) {
                 O += scratch[w * PART + 2 + tid] * c;
             }
         }
+        if (kTimeline && tl_op && tid == 0)
+            tl_op[6] = now_ns();
         T *out = static_cast<T *>(op.attn.out) + (int64_t)h * Dh;
         if (n_split == 1) {
             if (tid < Dh)
@@ -996,6 +1005,8 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag) {
                     op.attn.arrived[h] = 0; /* for the next layer */
             }
         }
+        if (kTimeline && tl_op && tid == 0)
+            tl_op[7] = now_ns();
         consumers_sync(); /* scratch is reused by the next item */
     }
 }
@@ -1063,16 +1074,20 @@ __global__ void __launch_bounds__(kThreads, 1)
         case CKP_NORM: norm_op<T>(op, scratch); break;
         case CKP_GEMV:
             gemv_op<T>(op, ring, n_stages, xs, acc, full, empty, piece, scratch, tl,
-                       kTimeline && tl && i < kTlOps ? tl + kTlPieces * 4 + 4 * i : nullptr,
+                       kTimeline && tl && i < kTlOps ? tl + kTlPieces * 4 + kTlOpSlots * i : nullptr,
                        pre);
             break;
-        case CKP_ATTN: attn_op<T, EPL>(op, reinterpret_cast<float *>(xs), &flag); break;
+        case CKP_ATTN:
+            attn_op<T, EPL>(op, reinterpret_cast<float *>(xs), &flag,
+                            kTimeline && tl && i < kTlOps ? tl + kTlPieces * 4 + kTlOpSlots * i
+                                                          : nullptr);
+            break;
         case CKP_SWIGLU: swiglu_op<T>(op); break;
         case CKP_GATHER: gather_op<T>(op); break;
         }
         if (i + 1 < n_op) {
             uint64_t *tl_op =
-                kTimeline && tl && i < kTlOps ? tl + kTlPieces * 4 + 4 * i : nullptr;
+                kTimeline && tl && i < kTlOps ? tl + kTlPieces * 4 + kTlOpSlots * i : nullptr;
             grid_arrive(sync, trace ? trace + 3 * i : nullptr, tl_op, &arrived, i);
             /* while thread 0 waits for the other blocks, the loads of the
              * next ops that need no activation of this op: the next norm's
@@ -1141,7 +1156,7 @@ uint64_t *timeline_begin(cudaStream_t s, int blocks) {
 }
 
 /* waits for the recorded launch and writes: int32 blocks, ops, stages,
- * kTlPieces, kTlOps, kPiece; per op int32 kind, N, K, pair; then the
+ * kTlPieces, kTlOps, kPiece, kTlOpSlots; per op int32 kind, N, K, pair; then the
  * blocks' records (uint64). Frees the buffer: one step is recorded. */
 void timeline_write(cudaStream_t s, const ck_pstep_op *ops, int n_op, int blocks, int n_stages) {
     const size_t bytes = (size_t)blocks * kTlStride * 8;
@@ -1153,7 +1168,7 @@ void timeline_write(cudaStream_t s, const ck_pstep_op *ops, int n_op, int blocks
               cudaMemcpy(hops, ops, (size_t)n_op * sizeof *hops, cudaMemcpyDeviceToHost) ==
                   cudaSuccess;
     if (ok) {
-        const int32_t hdr[6] = {blocks, n_op, n_stages, kTlPieces, kTlOps, kPiece};
+        const int32_t hdr[7] = {blocks, n_op, n_stages, kTlPieces, kTlOps, kPiece, kTlOpSlots};
         ok = fwrite(hdr, sizeof hdr, 1, f) == 1;
         for (int i = 0; ok && i < n_op; i++) {
             const bool g = hops[i].kind == CKP_GEMV;
