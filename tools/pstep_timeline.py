@@ -18,7 +18,7 @@ arrival's release done, (an attention) q in, warp 0's keys done, the warps
 merged, the split's partial out and counted (or the head merged)}.
 
 Prints: the copies' latency and how long landed pieces waited for the
-consumers, the ring's state when each kind of op starts, how long the
+consumers (over all, and in each kind of GEMV's body), the ring's state when each kind of op starts, how long the
 barriers' release fences took, where an attention's time goes, and the rate at which bytes landed over each
 tenth of each kind of GEMV (GPU-wide).
 """
@@ -84,6 +84,22 @@ def main(path):
     print(f"landed -> consumption starts: mean {wait.mean():.2f} us (p50 {np.percentile(wait, 50):.2f}, "
           f"p90 {np.percentile(wait, 90):.2f}); warp 0 on a piece: mean {busy.mean():.2f} us")
 
+    # in each kind of GEMV's body (past the pieces in the ring when it
+    # starts): a piece that waits long after landing means the consumers,
+    # not HBM, set the pace
+    body = {}
+    for j, i in enumerate(gemvs):
+        key = "N=%d K=%d%s" % (ops[i, 1], ops[i, 2], " pair" if ops[i, 3] else "")
+        r = body.setdefault(key, [[], []])
+        for b in range(blocks):
+            q0, q1 = first[b, j] + stages, first[b, j + 1]
+            r[0].extend((start[b, q0:q1] - land[b, q0:q1]) / 1e3)
+            r[1].extend((release[b, q0:q1] - start[b, q0:q1]) / 1e3)
+    print("\nin each GEMV's body: landed -> consumption starts (p50 / mean), warp 0 on a piece (mean):")
+    for key, r in body.items():
+        if r[0]:
+            print(f"  {key:22s} {np.percentile(r[0], 50):5.2f} {np.mean(r[0]):5.2f} us   {np.mean(r[1]):5.2f} us")
+
     # the ring when an op starts, and what follows the barrier before a GEMV
     rows = {}
     for j, i in enumerate(gemvs):
@@ -131,8 +147,8 @@ def main(path):
         has = B[:, i, 4] > 0  # blocks that had an item
         ps = B[has, i - 1, 1]
         marks.append(np.stack([B[has, i, c] - ps for c in (4, 5, 6, 7, 0)], axis=1) / 1e3)
-    if marks:
-        m = np.concatenate(marks)
+    m = np.concatenate(marks) if marks else np.zeros((0, 5))
+    if len(m):
         names = ("q in", "warp 0's keys", "warps merged", "split out", "arrival")
         print("\nattention, us after the block's pass (blocks with an item; p50 / mean / p90):")
         for c, name in enumerate(names):

@@ -202,6 +202,17 @@
  * prefetch 262.4, 262.9), and wrong (test_cuda_pstep: 6 of 40 failed, at
  * llama2-7b, llama3-8b and tinyllama-1.1b bf16); the cause was not found.
  *
+ * Not yet fixed (timelines of 2026-12-01, tools/pstep_timeline.py): the
+ * down GEMV (K = 11008 for Llama-2-7B) is the one the consumers pace. In
+ * its body a landed piece waits 3.8 us for them (0-0.3 in qkv, gate/up
+ * and the lm head; 1.1 in o), and HBM delivers 3.2-3.6 TB/s there against
+ * 4.1-4.5 in gate/up: its 43-segment rows put a run across a row boundary
+ * in 95% of its pieces, and such a run goes segment by segment (warp 0
+ * took 1.77 us on a piece where its run crossed, 0.46 where not). Of the
+ * 875 us a step lost against 4.4 TB/s in one timeline (a step of 3928
+ * us), the down GEMVs lost 262, the attentions 208, o 157, qkv 140,
+ * gate/up 105.
+ *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
  * their x loads and norms 228, the attention 371, the grid barriers 534;
