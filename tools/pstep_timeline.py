@@ -18,9 +18,10 @@ arrival's release done, (an attention) q in, warp 0's keys done, the warps
 merged, the split's partial out and counted (or the head merged)}.
 
 Prints: the copies' latency and how long landed pieces waited for the
-consumers (over all, and in each kind of GEMV's body), the ring's state when each kind of op starts, how long the
-barriers' release fences took, where an attention's time goes, and the rate at which bytes landed over each
-tenth of each kind of GEMV (GPU-wide).
+consumers (over all, and in each kind of GEMV's body), the ring's state when
+each kind of op starts, how long the barriers' release fences took, where an
+attention's time goes, and the rate at which bytes landed over each tenth of
+each kind of GEMV (GPU-wide).
 """
 import sys
 
@@ -95,10 +96,12 @@ def main(path):
             q0, q1 = first[b, j] + stages, first[b, j + 1]
             r[0].extend((start[b, q0:q1] - land[b, q0:q1]) / 1e3)
             r[1].extend((release[b, q0:q1] - start[b, q0:q1]) / 1e3)
-    print("\nin each GEMV's body: landed -> consumption starts (p50 / mean), warp 0 on a piece (mean):")
+    print("\nin each GEMV's body: landed -> consumption starts (p50 / mean), "
+          "warp 0 on a piece (mean):")
     for key, r in body.items():
         if r[0]:
-            print(f"  {key:22s} {np.percentile(r[0], 50):5.2f} {np.mean(r[0]):5.2f} us   {np.mean(r[1]):5.2f} us")
+            print(f"  {key:22s} {np.percentile(r[0], 50):5.2f} {np.mean(r[0]):5.2f} us   "
+                  f"{np.mean(r[1]):5.2f} us")
 
     # the ring when an op starts, and what follows the barrier before a GEMV
     rows = {}

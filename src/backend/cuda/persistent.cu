@@ -194,8 +194,9 @@
  * 268.9, 3 held 269.2, 268.5, 4 held 265.2, 265.6 against 268.2, 268.4:
  * no better than the simpler form. A relaxed arrival (measurement only)
  * ran 275.0, 274.9 against 268.1, 268.3: the fence still takes ~1 us
- * under the weights' stream with the block's last refills held, so only a publication that needs no release fence (values tagged with
- * the step, checked by their readers) would take that back.
+ * under the weights' stream with the block's last refills held, so only
+ * a publication that needs no release fence (values tagged with the step,
+ * checked by their readers) would take that back.
  * Rejected the same day: the attention's round of 8 keys scored together,
  * one rescale a round rather than one a key, with the next round's rows
  * prefetched into L1: 261.5, 261.1 against 265.5, 265.6 (without the L1
@@ -1080,25 +1081,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     pre.ok = false;
     for (int i = 0; i < n_op; i++) {
         const ck_pstep_op &op = prog[i];
+        uint64_t *tl_op = /* this op's timeline stamps */
+            kTimeline && tl && i < kTlOps ? tl + kTlPieces * 4 + kTlOpSlots * i : nullptr;
         switch (op.kind) {
         case CKP_EMBED: embed_op<T>(op); break;
         case CKP_NORM: norm_op<T>(op, scratch); break;
         case CKP_GEMV:
-            gemv_op<T>(op, ring, n_stages, xs, acc, full, empty, piece, scratch, tl,
-                       kTimeline && tl && i < kTlOps ? tl + kTlPieces * 4 + kTlOpSlots * i : nullptr,
-                       pre);
+            gemv_op<T>(op, ring, n_stages, xs, acc, full, empty, piece, scratch, tl, tl_op, pre);
             break;
         case CKP_ATTN:
-            attn_op<T, EPL>(op, reinterpret_cast<float *>(xs), &flag,
-                            kTimeline && tl && i < kTlOps ? tl + kTlPieces * 4 + kTlOpSlots * i
-                                                          : nullptr);
+            attn_op<T, EPL>(op, reinterpret_cast<float *>(xs), &flag, tl_op);
             break;
         case CKP_SWIGLU: swiglu_op<T>(op); break;
         case CKP_GATHER: gather_op<T>(op); break;
         }
         if (i + 1 < n_op) {
-            uint64_t *tl_op =
-                kTimeline && tl && i < kTlOps ? tl + kTlPieces * 4 + kTlOpSlots * i : nullptr;
             grid_arrive(sync, trace ? trace + 3 * i : nullptr, tl_op, &arrived, i);
             /* while thread 0 waits for the other blocks, the loads of the
              * next ops that need no activation of this op: the next norm's
