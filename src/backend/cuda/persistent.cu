@@ -203,16 +203,20 @@
  * prefetch 262.4, 262.9), and wrong (test_cuda_pstep: 6 of 40 failed, at
  * llama2-7b, llama3-8b and tinyllama-1.1b bf16); the cause was not found.
  *
- * Not yet fixed (timelines of 2026-12-01, tools/pstep_timeline.py): the
- * down GEMV (K = 11008 for Llama-2-7B) is the one the consumers pace. In
- * its body a landed piece waits 3.8 us for them (0-0.3 in qkv, gate/up
- * and the lm head; 1.1 in o), and HBM delivers 3.2-3.6 TB/s there against
- * 4.1-4.5 in gate/up: its 43-segment rows put a run across a row boundary
- * in 95% of its pieces, and such a run goes segment by segment (warp 0
- * took 1.77 us on a piece where its run crossed, 0.46 where not). Of the
- * 875 us a step lost against 4.4 TB/s in one timeline (a step of 3928
- * us), the down GEMVs lost 262, the attentions 208, o 157, qkv 140,
- * gate/up 105.
+ * Landed later (H200, 2026-12-01, bench/results/2026-12-01-h200-pstep-
+ * cross.jsonl): the down GEMV (K = 11008 for Llama-2-7B) was the one the
+ * consumers paced. In its body a landed piece waited 3.7 us for them
+ * (0-0.3 in qkv, gate/up and the lm head; 0.8 in o), and HBM delivered
+ * 3.3-3.7 TB/s there against 4.1-4.4 in gate/up: its 43-segment rows put
+ * a run across a row boundary in 95% of its pieces, and such a run went
+ * segment by segment (warp 0 took 1.77 us on a piece where its run
+ * crossed, 0.46 where not). Of the 875 us a step lost against 4.4 TB/s in
+ * one timeline (a step of 3928 us), the down GEMVs lost 262, the
+ * attentions 208, o 157, qkv 140, gate/up 105. A run across one row
+ * boundary now loads two segments at a time and switches rows once: 276.7,
+ * 276.8 against 267.5, 267.3 (four segments at a time, 274.4, 274.1;
+ * test_cuda_pstep 40/40); in its timeline the down GEMV takes 25.9 us
+ * (30.3), a landed piece waits 1.8 us there, 3.6-4.3 TB/s in its middle.
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
@@ -673,8 +677,38 @@ __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ri
 #pragma unroll
             for (int u = 0; u < kSegPerWarp; u++)
                 seg_dot<T>(wv[u], xv[u], part);
-        } else {
-            /* a run across a row boundary, or past the slice's end */
+        } else if (seg_per_row >= kSegPerWarp && s0 < n_seg) {
+            /* a run across one row boundary (its first `split` segments
+             * in `row`) or past the slice's end: the loads kGroup segments
+             * at a time before their sums (even past the end: still inside
+             * the stage and x), the same sums in the same order as segment
+             * by segment, with one row switch. Every 43-segment row of K = 11008 (Llama-2-7B's
+             * down GEMV) puts such a run in nearly every piece; segment by
+             * segment (two divisions a segment, each load waited for) warp
+             * 0 took 1.77 us on such a piece against 0.46 (timeline,
+             * 2026-12-01) */
+            constexpr int kGroup = 2; /* loads at a time: 4 or 8 spill (168 registers) */
+            const int split = seg_per_row - col, n = min(kSegPerWarp, n_seg - s0);
+            start_row(row, cur, part, my_acc, lane);
+#pragma unroll
+            for (int h = 0; h < kSegPerWarp; h += kGroup) {
+                uint4 wv[kGroup], xv[kGroup];
+#pragma unroll
+                for (int u = h; u < h + kGroup; u++) {
+                    wv[u - h] = w4[u * 32];
+                    xv[u - h] = xs4[(u < split ? col + u : col + u - seg_per_row) * 32 + lane];
+                }
+#pragma unroll
+                for (int u = h; u < h + kGroup; u++) {
+                    if (u >= n)
+                        break;
+                    if (u == split)
+                        start_row(row + 1, cur, part, my_acc, lane);
+                    seg_dot<T>(wv[u - h], xv[u - h], part);
+                }
+            }
+        } else if (s0 < n_seg) {
+            /* rows shorter than a run (K < 2048): segment by segment */
             for (int u = 0; u < kSegPerWarp && s0 + u < n_seg; u++) {
                 const int r = run * n_run + (g0 + u) / seg_per_row;
                 start_row(r, cur, part, my_acc, lane);
