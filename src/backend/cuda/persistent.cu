@@ -218,6 +218,24 @@
  * test_cuda_pstep 40/40); in its timeline the down GEMV takes 25.9 us
  * (30.3), a landed piece waits 1.8 us there, 3.6-4.3 TB/s in its middle.
  *
+ * Landed later (H200, 2026-12-01, bench/results/2026-12-01-h200-pstep-
+ * attn-wait.jsonl, three calls): each op waits at the barrier before it
+ * in its own turn of the program loop, so the norm weights preloaded for a
+ * GEMV no longer live across the other ops (282.6, 280.8 against 277.8,
+ * 279.5), and the attention waits there itself once it has its angles and
+ * its first round's pages (the block table entries, lane u holding row
+ * u's): 280.5, 279.9 / 283.2, 282.9 / 280.2, 279.3 against 275.1, 275.3 /
+ * 277.8, 279.5 for the commit before (test_cuda_pstep 40/40). With the
+ * angles after the wait, 279.6, 278.3; its timeline has q in 2.6 us after
+ * the pass (3.0 before). Rejected: the first round's rows loaded before
+ * the wait too: q in 1.0 us after the pass and the attention's arrival 4.5
+ * us (6.5), but the barrier slower (last release to pass 1.55 us, 0.8
+ * without: 4 MB of rows in L2's way) and 275.1, 275.6 against 280.2,
+ * 279.3. A round's scores together (their shuffles interleaved, one
+ * rescale a round, a key past the split left out rather than weighted 0,
+ * which the wrong form above may have done): correct (40/40) but 281.0,
+ * 281.6 against 283.2, 282.9 (24 bytes spilled).
+ *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
  * their x loads and norms 228, the attention 371, the grid barriers 534;
@@ -240,7 +258,10 @@
  * Registers: 9 warps put 3 on some of an SM's 4 register files (16K each),
  * so a thread gets at most 168 (__launch_bounds__ gives that); a
  * __maxnreg__ of 208 or 224 made the kernel unlaunchable (ck_pstep_supported
- * now asks the occupancy API first).
+ * now asks the occupancy API first). The 4-elements-a-lane kernels spill
+ * 12 bytes: three of a GEMV's preloaded norm weights, stored as they land
+ * (ptxas's choice once the attention waits itself); that form still ran
+ * faster than the one without spills (283.2, 282.9 against 282.6, 280.8).
  *
  * Activations written inside the kernel are read with ld.global.cg (L2): L1
  * is not coherent between SMs, and a line of an earlier layer could be in it.
@@ -378,6 +399,20 @@ __device__ __forceinline__ void grid_wait(unsigned *count, unsigned target, uint
             tl_op[1] = now_ns();
     }
     consumers_sync();
+}
+
+/* The wait at the barrier before an op, for an op that waits itself after
+ * the loads that need no activation of the op before (the attention's
+ * angles and pages); count null when there is no barrier before the op. */
+struct barrier_wait {
+    unsigned *count;
+    unsigned target;
+    uint64_t *trace, *tl_op;
+};
+
+__device__ __forceinline__ void grid_wait(const barrier_wait &w) {
+    if (w.count)
+        grid_wait(w.count, w.target, w.trace, w.tl_op);
 }
 
 /* v rounded to T (where the op-by-op path stores T), as f32 */
@@ -859,9 +894,15 @@ template <int Dh> __device__ void attn_prefetch(const ck_pstep_op &op) {
  * takes keys p0 + w, p0 + w + 8, ... (lanes across Dh), keeps a running
  * max, sum and output; the block merges its warps; a head of one split
  * writes out directly, else the split's partial goes to work and the last
- * split of the head to arrive merges them all. */
+ * split of the head to arrive merges them all. The op waits at the barrier
+ * before it (`before`) itself, once it has the angles and its first
+ * round's pages: they need no activation of the step, and their chains of
+ * dependent loads (the op's fields, the position, the block table; the
+ * frequencies) then run while the block waits, so that q and the first
+ * round's rows come in one round trip after it. */
 template <class T, int EPL>
-__device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag, uint64_t *tl_op) {
+__device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag, uint64_t *tl_op,
+                        const barrier_wait &before) {
     constexpr int Dh = 32 * EPL, ATT_U = kAttKeys;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int H = op.attn.H, Hkv = op.attn.Hkv, BS = op.attn.BS;
@@ -883,6 +924,8 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag, uint64
         sincosf((float)(ctx - 1) * op.attn.inv_freq[f], &sn[e], &cs[e]);
     }
 
+    if ((int)blockIdx.x >= H * n_split)
+        grid_wait(before); /* no item */
     for (int item = blockIdx.x; item < H * n_split; item += gridDim.x) {
         const int h = item / n_split, sp = item % n_split, kvh = h / (H / Hkv);
         const int p0 = sp * split_len, p1 = min(ctx, p0 + split_len);
@@ -890,14 +933,15 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag, uint64
          * as loaded (EPL elements of T a lane) until used */
         typedef typename ck_vec<EPL * sizeof(T)>::type KV;
         KV kr[ATT_U], vr[ATT_U];
-        auto load_keys = [&](int p) {
+        /* the round's rows; in the first round lane u holds row u's page */
+        auto load_keys = [&](int p, bool first_round, int page) {
 #pragma unroll
             for (int u = 0; u < ATT_U; u++) {
                 const int pp = p + u * kWarps;
                 if (pp >= p1)
                     continue;
-                const int64_t at =
-                    (((int64_t)bt[pp / BS] * Hkv + kvh) * BS + pp % BS) * Dh + lane * EPL;
+                const int pg = first_round ? __shfl_sync(0xffffffffu, page, u) : bt[pp / BS];
+                const int64_t at = (((int64_t)pg * Hkv + kvh) * BS + pp % BS) * Dh + lane * EPL;
                 if (pp == ctx - 1) {
                     /* this step's k and v: from qkv, k rotated here; the
                      * group's first head puts them in the pool for the
@@ -922,11 +966,17 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag, uint64
                 }
             }
         };
-        /* q and the first round's keys in flight together, then q rotated */
+        /* the first round's pages (lane u: row u's), the wait (the first
+         * item), then q and the round's rows in flight together, then q
+         * rotated */
+        const int pp_lane = p0 + warp + lane * kWarps;
+        const int page = lane < ATT_U && pp_lane < p1 ? bt[pp_lane / BS] : 0;
+        if (item == (int)blockIdx.x)
+            grid_wait(before);
         float q[EPL];
         ck_load_n_cg<T, EPL>(qkv + (int64_t)h * Dh + lane * EPL, q);
         if (p0 + warp < p1)
-            load_keys(p0 + warp);
+            load_keys(p0 + warp, true, page);
         rope_row<T, EPL>(q, sn, cs, op.attn.neox, lane);
 #pragma unroll
         for (int e = 0; e < EPL; e++)
@@ -959,7 +1009,7 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag, uint64
                 m = m_new;
             }
             if (p + kWarps * ATT_U < p1)
-                load_keys(p + kWarps * ATT_U); /* the next round */
+                load_keys(p + kWarps * ATT_U, false, 0); /* the next round */
         }
         if (kTimeline && tl_op && tid == 0)
             tl_op[5] = now_ns();
@@ -1110,41 +1160,45 @@ __global__ void __launch_bounds__(kThreads, 1)
         return;
     }
     int piece = 0;
-    unsigned barriers = 0;
-    norm_pre pre;
-    pre.ok = false;
+    /* op i's timeline stamps */
+    auto tl_of = [&](int i) {
+        return kTimeline && tl && i < kTlOps ? tl + kTlPieces * 4 + kTlOpSlots * i : nullptr;
+    };
     for (int i = 0; i < n_op; i++) {
         const ck_pstep_op &op = prog[i];
-        uint64_t *tl_op = /* this op's timeline stamps */
-            kTimeline && tl && i < kTlOps ? tl + kTlPieces * 4 + kTlOpSlots * i : nullptr;
+        uint64_t *tl_op = tl_of(i);
+        /* the barrier after op i - 1 (none before the first op) */
+        auto before = [&] {
+            return barrier_wait{i > 0 ? sync : nullptr, (unsigned)i * gridDim.x,
+                                trace && i > 0 ? trace + 3 * (i - 1) : nullptr,
+                                i > 0 ? tl_of(i - 1) : nullptr};
+        };
         switch (op.kind) {
-        case CKP_EMBED: embed_op<T>(op); break;
-        case CKP_NORM: norm_op<T>(op, scratch); break;
-        case CKP_GEMV:
+        case CKP_GEMV: {
+            /* while thread 0 waits for the other blocks, the loads that
+             * need no activation of the op before: the K/V prefetch of the
+             * attention after this GEMV (warps 1..7, so that thread 0
+             * polls at once) and the weights of the norm of its x */
+            if (i + 1 < n_op && prog[i + 1].kind == CKP_ATTN)
+                attn_prefetch<32 * EPL>(prog[i + 1]);
+            norm_pre pre;
+            pre.ok = false;
+            if (op.gemv.norm_x)
+                norm_preload(op.gemv.norm_w, op.gemv.K, pre);
+            grid_wait(before());
             gemv_op<T>(op, ring, n_stages, xs, acc, full, empty, piece, scratch, tl, tl_op, pre);
             break;
-        case CKP_ATTN:
-            attn_op<T, EPL>(op, reinterpret_cast<float *>(xs), &flag, tl_op);
+        }
+        case CKP_ATTN: /* it waits itself, after the loads it can make before */
+            attn_op<T, EPL>(op, reinterpret_cast<float *>(xs), &flag, tl_op, before());
             break;
-        case CKP_SWIGLU: swiglu_op<T>(op); break;
-        case CKP_GATHER: gather_op<T>(op); break;
+        case CKP_EMBED: grid_wait(before()); embed_op<T>(op); break;
+        case CKP_NORM: grid_wait(before()); norm_op<T>(op, scratch); break;
+        case CKP_SWIGLU: grid_wait(before()); swiglu_op<T>(op); break;
+        case CKP_GATHER: grid_wait(before()); gather_op<T>(op); break;
         }
-        if (i + 1 < n_op) {
+        if (i + 1 < n_op)
             grid_arrive(sync, trace ? trace + 3 * i : nullptr, tl_op, &arrived, i);
-            /* while thread 0 waits for the other blocks, the loads of the
-             * next ops that need no activation of this op: the next norm's
-             * weights, and the K/V prefetch of the attention after the next
-             * GEMV (warps 1..7, so that thread 0 polls at once) */
-            const ck_pstep_op &next = prog[i + 1];
-            pre.ok = false;
-            if (next.kind == CKP_GEMV) {
-                if (i + 2 < n_op && prog[i + 2].kind == CKP_ATTN)
-                    attn_prefetch<32 * EPL>(prog[i + 2]);
-                if (next.gemv.norm_x)
-                    norm_preload(next.gemv.norm_w, next.gemv.K, pre);
-            }
-            grid_wait(sync, ++barriers * gridDim.x, trace ? trace + 3 * i : nullptr, tl_op);
-        }
     }
 }
 
