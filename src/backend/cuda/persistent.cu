@@ -234,7 +234,13 @@
  * 279.3. A round's scores together (their shuffles interleaved, one
  * rescale a round, a key past the split left out rather than weighted 0,
  * which the wrong form above may have done): correct (40/40) but 281.0,
- * 281.6 against 283.2, 282.9 (24 bytes spilled).
+ * 281.6 against 283.2, 282.9 (24 bytes spilled). Rejected in a later
+ * call: the next 4, 8 or 12 pieces after the ring bulk-prefetched into L2
+ * by the producer while the consumers are in the attention (the ring full,
+ * HBM idle): 276.3; 273.0, 273.2; 270.7 against 279.9, 279.1 (correct,
+ * test_cuda_pstep 40/40). As the rows loaded before the wait above, L2
+ * traffic during the attention and its barrier costs more than the HBM
+ * time it saves: the attention phase is bound by L2 round trips.
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
