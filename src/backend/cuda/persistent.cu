@@ -723,11 +723,11 @@ __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ri
              * in `row`) or past the slice's end: the loads kGroup segments
              * at a time before their sums (even past the end: still inside
              * the stage and x), the same sums in the same order as segment
-             * by segment, with one row switch. Every 43-segment row of K = 11008 (Llama-2-7B's
-             * down GEMV) puts such a run in nearly every piece; segment by
-             * segment (two divisions a segment, each load waited for) warp
-             * 0 took 1.77 us on such a piece against 0.46 (timeline,
-             * 2026-12-01) */
+             * by segment, with one row switch. Every 43-segment row of K =
+             * 11008 (Llama-2-7B's down GEMV) puts such a run in nearly
+             * every piece; segment by segment (two divisions a segment,
+             * each load waited for) warp 0 took 1.77 us on such a piece
+             * against 0.46 (timeline, 2026-12-01) */
             constexpr int kGroup = 2; /* loads at a time: 4 or 8 spill (168 registers) */
             const int split = seg_per_row - col, n = min(kSegPerWarp, n_seg - s0);
             start_row(row, cur, part, my_acc, lane);
