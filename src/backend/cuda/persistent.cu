@@ -387,29 +387,10 @@ __device__ __forceinline__ void grid_arrive(unsigned *count, uint64_t *trace, ui
     }
 }
 
-__device__ __forceinline__ void grid_wait(unsigned *count, unsigned target, uint64_t *trace,
-                                          uint64_t *tl_op) {
-    if (threadIdx.x == 0) {
-        unsigned seen;
-        do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
-                         : "=r"(seen)
-                         : "l"(count)
-                         : "memory");
-            if (seen < target)
-                __nanosleep(32); /* fewer polls in the way of the arrivals */
-        } while (seen < target);
-        if (trace && blockIdx.x == 0)
-            trace[2] = now_ns();
-        if (kTimeline && tl_op)
-            tl_op[1] = now_ns();
-    }
-    consumers_sync();
-}
-
-/* The wait at the barrier before an op, for an op that waits itself after
- * the loads that need no activation of the op before (the attention's
- * angles and pages); count null when there is no barrier before the op. */
+/* The barrier before an op: count null when there is none (the first op).
+ * The program loop waits before each op; the attention waits itself, after
+ * the loads that need no activation of the op before (its angles and
+ * pages). */
 struct barrier_wait {
     unsigned *count;
     unsigned target;
@@ -417,8 +398,24 @@ struct barrier_wait {
 };
 
 __device__ __forceinline__ void grid_wait(const barrier_wait &w) {
-    if (w.count)
-        grid_wait(w.count, w.target, w.trace, w.tl_op);
+    if (!w.count)
+        return;
+    if (threadIdx.x == 0) {
+        unsigned seen;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                         : "=r"(seen)
+                         : "l"(w.count)
+                         : "memory");
+            if (seen < w.target)
+                __nanosleep(32); /* fewer polls in the way of the arrivals */
+        } while (seen < w.target);
+        if (w.trace && blockIdx.x == 0)
+            w.trace[2] = now_ns();
+        if (kTimeline && w.tl_op)
+            w.tl_op[1] = now_ns();
+    }
+    consumers_sync();
 }
 
 /* v rounded to T (where the op-by-op path stores T), as f32 */
