@@ -242,6 +242,22 @@
  * traffic during the attention and its barrier costs more than the HBM
  * time it saves: the attention phase is bound by L2 round trips.
  *
+ * Landed later (H200, 2026-12-01, bench/results/2026-12-01-h200-pstep-
+ * scores-together.jsonl, two calls, two rounds each): no norm weights
+ * preloaded at the barrier (they load after it, beside x) and a round's
+ * scores together (above): the kernel spills nothing. 287.0, 287.0 against
+ * 283.4, 283.8 for the commit before, and 282.7, 283.4 against 280.5,
+ * 279.4 in the next call (test_cuda_pstep 40/40 for the same arithmetic
+ * with the hold below). The preload alone left out: 285.0, 285.0. Also
+ * measured (first call): the K/V prefetch left out, 284.9, 285.5; issued a
+ * GEMV earlier, 285.2, 285.1; on top of this commit, left out: 283.5, 282.3
+ * (second call): no clear gain, kept. 16 KB pieces (12 stages, 4 in
+ * flight, 6 held) 227.0, 226.5; 24 KB (8 stages, 2 in flight, 4 held)
+ * 213.3, 212.2: rejected. The qkv GEMV's held refills released only once
+ * the attention's q was in (so that they do not queue before its loads),
+ * without the K/V prefetch: 281.8, 282.0; once its keys were in, 281.4,
+ * 281.4; with the prefetch, 280.9, 281.1 (against 283.5, 282.3): rejected.
+ *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
  * their x loads and norms 228, the attention 371, the grid barriers 534;
@@ -264,10 +280,9 @@
  * Registers: 9 warps put 3 on some of an SM's 4 register files (16K each),
  * so a thread gets at most 168 (__launch_bounds__ gives that); a
  * __maxnreg__ of 208 or 224 made the kernel unlaunchable (ck_pstep_supported
- * now asks the occupancy API first). The 4-elements-a-lane kernels spill
- * 12 bytes: three of a GEMV's preloaded norm weights, stored as they land
- * (ptxas's choice once the attention waits itself); that form still ran
- * faster than the one without spills (283.2, 282.9 against 282.6, 280.8).
+ * now asks the occupancy API first). No kernel spills (-Xptxas -v): the
+ * norm weights preloaded at a barrier took 12 bytes, a round's scores
+ * together 24 more; without the preload, neither spills.
  *
  * Activations written inside the kernel are read with ld.global.cg (L2): L1
  * is not coherent between SMs, and a line of an earlier layer could be in it.
@@ -524,27 +539,9 @@ __device__ __forceinline__ float consumers_sum(float v, float *scratch) {
  * chunk of kNormPer elements a thread before its stores */
 constexpr int kNormPer = 8;
 
-/* a norm's weights (kRegs a thread, as the first branch of norm_into
- * loads them), loaded while the block waits at the barrier before it */
-struct norm_pre {
-    float w[2 * kNormPer];
-    bool ok;
-};
-
-__device__ __forceinline__ void norm_preload(const float *w, int D, norm_pre &pre) {
-    pre.ok = D <= 2 * kNormPer * kConsumers;
-    if (!pre.ok)
-        return;
-#pragma unroll
-    for (int j = 0; j < 2 * kNormPer; j++) {
-        const int d = threadIdx.x + j * kConsumers;
-        pre.w[j] = d < D ? w[d] : 0.0f;
-    }
-}
-
 template <class T>
 __device__ __forceinline__ void norm_into(const float *x, const float *w, float eps, int D,
-                                          T *y, float *scratch, const norm_pre &pre) {
+                                          T *y, float *scratch) {
     constexpr int kRegs = 2 * kNormPer;
     if (D <= kRegs * kConsumers) {
         /* x and w loaded once, together: one L2 round trip, not two */
@@ -553,7 +550,7 @@ __device__ __forceinline__ void norm_into(const float *x, const float *w, float 
         for (int j = 0; j < kRegs; j++) {
             const int d = threadIdx.x + j * kConsumers;
             v[j] = d < D ? __ldcg(x + d) : 0.0f;
-            wv[j] = pre.ok ? pre.w[j] : d < D ? w[d] : 0.0f;
+            wv[j] = d < D ? w[d] : 0.0f;
         }
 #pragma unroll
         for (int j = 0; j < kRegs; j++)
@@ -640,8 +637,8 @@ __device__ __forceinline__ void start_row(int row, int &cur, float c[8], float *
 template <class T>
 __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, int n_stages,
                                         uint16_t *xs, float *acc, uint64_t *full, uint64_t *empty,
-                                        int &piece, float *scratch, uint64_t *tl, uint64_t *tl_op,
-                                        const norm_pre &pre) {
+                                        int &piece, float *scratch, uint64_t *tl,
+                                        uint64_t *tl_op) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int K = op.gemv.K, pair = op.gemv.pair, n_runs = pair ? 2 : 1;
     const int2 rows = block_rows(pair ? pair : op.gemv.N);
@@ -662,7 +659,7 @@ __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ri
     }
     if (op.gemv.norm_x) {
         norm_into(op.gemv.norm_x, op.gemv.norm_w, op.gemv.eps, K, reinterpret_cast<T *>(xs),
-                  scratch, pre);
+                  scratch);
     } else {
         /* x into shared memory, every load issued before the first store (a
          * plain loop waits out an L2 round trip per element: the compiler
@@ -806,10 +803,8 @@ template <class T> __device__ void embed_op(const ck_pstep_op &op) {
 /* the final norm (the one no GEMV takes), on block 0: y = w * (x / rms(x)) */
 template <class T> __device__ void norm_op(const ck_pstep_op &op, float *scratch) {
     if (blockIdx.x == 0) {
-        norm_pre none;
-        none.ok = false;
         norm_into(op.norm.x, op.norm.w, op.norm.eps, op.norm.D, static_cast<T *>(op.norm.y),
-                  scratch, none);
+                  scratch);
     }
 }
 
@@ -991,26 +986,50 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag, uint64
         for (int e = 0; e < EPL; e++)
             o[e] = 0.0f;
         for (int p = p0 + warp; p < p1; p += kWarps * ATT_U) {
+            /* the round's scores together (their shuffles interleave), then
+             * one rescale for the round. A key past p1 holds no row (its
+             * registers may be anything): it is left out, not weighted 0 */
+            const int n_keys = min(ATT_U, (p1 - p + kWarps - 1) / kWarps);
+            float sc[ATT_U];
 #pragma unroll
             for (int u = 0; u < ATT_U; u++) {
-                if (p + u * kWarps >= p1)
-                    break;
-                float kf[EPL], vf[EPL];
+                sc[u] = 0.0f;
+                if (u >= n_keys)
+                    continue;
+                float kf[EPL];
                 ck_unpack_n<T, EPL>(kr[u], kf);
-                ck_unpack_n<T, EPL>(vr[u], vf);
-                float s = 0.0f;
 #pragma unroll
                 for (int e = 0; e < EPL; e++)
-                    s = fmaf(q[e], kf[e], s);
-                s = warp_sum(s);
-                const float m_new = fmaxf(m, s);
-                const float corr = __expf(m - m_new), pe = __expf(s - m_new);
-                l = l * corr + pe;
-#pragma unroll
-                for (int e = 0; e < EPL; e++)
-                    o[e] = o[e] * corr + pe * vf[e];
-                m = m_new;
+                    sc[u] = fmaf(q[e], kf[e], sc[u]);
             }
+#pragma unroll
+            for (int x = 16; x > 0; x >>= 1)
+#pragma unroll
+                for (int u = 0; u < ATT_U; u++)
+                    sc[u] += __shfl_xor_sync(0xffffffffu, sc[u], x);
+            float m_new = m;
+#pragma unroll
+            for (int u = 0; u < ATT_U; u++)
+                if (u < n_keys)
+                    m_new = fmaxf(m_new, sc[u]);
+            const float corr = __expf(m - m_new);
+            l *= corr;
+#pragma unroll
+            for (int e = 0; e < EPL; e++)
+                o[e] *= corr;
+#pragma unroll
+            for (int u = 0; u < ATT_U; u++) {
+                if (u >= n_keys)
+                    break;
+                float vf[EPL];
+                ck_unpack_n<T, EPL>(vr[u], vf);
+                const float pe = __expf(sc[u] - m_new);
+                l += pe;
+#pragma unroll
+                for (int e = 0; e < EPL; e++)
+                    o[e] = fmaf(pe, vf[e], o[e]);
+            }
+            m = m_new;
             if (p + kWarps * ATT_U < p1)
                 load_keys(p + kWarps * ATT_U, false, 0); /* the next round */
         }
@@ -1178,18 +1197,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         };
         switch (op.kind) {
         case CKP_GEMV: {
-            /* while thread 0 waits for the other blocks, the loads that
-             * need no activation of the op before: the K/V prefetch of the
-             * attention after this GEMV (warps 1..7, so that thread 0
-             * polls at once) and the weights of the norm of its x */
+            /* while thread 0 waits for the other blocks, warps 1..7 issue
+             * the K/V prefetch of the attention after this GEMV (it needs
+             * no activation of the op before). The norm's weights are
+             * loaded after the wait, beside x (header, "Landed later") */
             if (i + 1 < n_op && prog[i + 1].kind == CKP_ATTN)
                 attn_prefetch<32 * EPL>(prog[i + 1]);
-            norm_pre pre;
-            pre.ok = false;
-            if (op.gemv.norm_x)
-                norm_preload(op.gemv.norm_w, op.gemv.K, pre);
             grid_wait(before());
-            gemv_op<T>(op, ring, n_stages, xs, acc, full, empty, piece, scratch, tl, tl_op, pre);
+            gemv_op<T>(op, ring, n_stages, xs, acc, full, empty, piece, scratch, tl, tl_op);
             break;
         }
         case CKP_ATTN: /* it waits itself, after the loads it can make before */
