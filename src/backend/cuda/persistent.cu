@@ -257,6 +257,24 @@
  * the attention's q was in (so that they do not queue before its loads),
  * without the K/V prefetch: 281.8, 282.0; once its keys were in, 281.4,
  * 281.4; with the prefetch, 280.9, 281.1 (against 283.5, 282.3): rejected.
+ * In two later calls (bench/results/2026-12-01-h200-pstep-tagged.jsonl)
+ * this commit ran 287.2, 286.9 and 282.9, 283.5 (test_cuda_pstep 40/40).
+ * Beside it, knobs: kHold 2, 281.3, 281.7; 4, 281.9, 282.6; kInFlight 3,
+ * 278.8, 279.3; the barrier's poll sleeping 64 ns, 282.9, 283.6; the K/V
+ * prefetch left out, 283.6, 283.7: none kept.
+ *
+ * Rejected (same file, branch wip/tagged): tagged words (16 bits of ck and
+ * a 16-bit tag of the step and op) from qkv to the attention, from it to
+ * o and from gate/up to down, the arrival before such a reader relaxed
+ * (no release fence: the readers check the tags and load again until
+ * they match): 264.8, 264.5 against 287.2, 286.9, with 6 of x's tagged
+ * words in flight a thread 278.6, 278.6; no grid barrier before such a
+ * reader at all (the readers poll, one lane a warp first) 263.0, 263.2.
+ * All correct (test_cuda_pstep 40/40). x loads as 32-bit words are twice
+ * the bytes and registers: the kernel spilled 96-192 bytes, and in the
+ * timeline the GEMV bodies' landed pieces waited longer for the consumers
+ * (o 1.43 us against 0.83, down 2.33 against 1.58) while the relaxed
+ * arrivals' fence fell from 1.3 to 0.5-0.7 us.
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
