@@ -46,8 +46,10 @@
  * them, with the rotations folded in (q rotated on load, this step's k
  * rotated from qkv and stored with v by the first head of its group), the
  * pool rows it reads prefetched into L2 while the qkv GEMV streams.
- * While a block waits at a barrier it loads what the next ops need that no
- * op writes: the next norm's weights, the next attention's K/V prefetch.
+ * While a block waits at the barrier before the qkv GEMV it issues what
+ * the attention after it needs that no op writes: its K/V prefetch. (The
+ * next norm's weights were loaded there too until registers ran short:
+ * "Landed later" below.)
  *
  * Measured (H200, Llama-2-7B, 128-token prompt, 256 new, 2026-11-30): 246.5
  * tok/s bf16, 247.4 f16, against 232.2 op by op; 248.0 with 6 stages and
