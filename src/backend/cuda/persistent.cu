@@ -272,11 +272,13 @@
  * they match): 264.8, 264.5 against 287.2, 286.9, with 6 of x's tagged
  * words in flight a thread 278.6, 278.6; no grid barrier before such a
  * reader at all (the readers poll, one lane a warp first) 263.0, 263.2.
- * All correct (test_cuda_pstep 40/40). x loads as 32-bit words are twice
- * the bytes and registers: the kernel spilled 96-192 bytes, and in the
- * timeline the GEMV bodies' landed pieces waited longer for the consumers
- * (o 1.43 us against 0.83, down 2.33 against 1.58) while the relaxed
- * arrivals' fence fell from 1.3 to 0.5-0.7 us.
+ * All correct (test_cuda_pstep 40/40). x as 32-bit words is twice the
+ * bytes, and the kernel spilled 96-192 bytes; in the timeline the GEMV
+ * bodies' landed pieces waited longer for the consumers (o 1.43 us against
+ * 0.83, down 2.33 against 1.58) while the relaxed arrivals' fence fell
+ * from 1.3 to 0.5-0.7 us. The spills came from the kernel holding two
+ * copies of the x-load loop, plain and tagged (two identical copies spill
+ * too); one loop for both spills nothing (the branch's head, not measured).
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
