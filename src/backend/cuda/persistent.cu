@@ -278,7 +278,33 @@
  * 0.83, down 2.33 against 1.58) while the relaxed arrivals' fence fell
  * from 1.3 to 0.5-0.7 us. The spills came from the kernel holding two
  * copies of the x-load loop, plain and tagged (two identical copies spill
- * too); one loop for both spills nothing (the branch's head, not measured).
+ * too). With one loop for both (no spills; the branch's head 559ca93, one
+ * later call, two rounds) still slower: A 280.0, 279.6 and B 278.9, 277.2
+ * against 283.5, 281.9 for this commit; without the SwiGLU product tagged
+ * (its K = 11008 takes two round trips of tagged loads) A 279.8, 279.9, B
+ * 278.9, 277.4 (test_cuda_pstep 40/40 for both).
+ *
+ * Rejected (H200, 2026-12-01, bench/results/2026-12-01-h200-pstep-by-head.
+ * jsonl, three calls, branch wip/byhead): the o projection started by head
+ * as the attention's heads come out, with no barrier before it (when the
+ * attention starts, the rings already hold 25 of o's 33.5 MB, and HBM
+ * idles until o's consumers free them). Each warp takes the segments of
+ * its run in order, waits until their heads are out (the head's merge
+ * publishes it with release; warp 0 polls), and goes through each segment
+ * in every piece the ring holds. Correct (test_cuda_pstep 40/40,
+ * test_backend_ops 1190/1190) and slower: the stages freed as each warp was
+ * through, 246.4, 246.8, 246.9 against 286.4, 286.4, 286.5; held until
+ * every head was out, 245.2, 243.3 against 283.4, 283.3; the heads polled
+ * as one 64-bit mask by one lane (32 lanes had polled 32 counters), 243.6,
+ * 246.5, 244.5 against 280.7, 280.8, 280.9; the 32k context 114.2-113.3
+ * against 114.6, 113.5. In the timelines the blocks were through ~15 us
+ * after the last head was out (the heads' flips done by 10 us; with the
+ * flips and the polls as atomics, the same), and the attention's q came in
+ * 3.5-3.7 us after the pass (~2.5-2.9 in other builds). The likely cause
+ * of the first, found once the device time was spent: each warp loaded its
+ * x segments one at a time, each used at once, 8 L2 round trips after
+ * polls; the branch's head copies those of the heads out together (no
+ * spills; not measured).
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
