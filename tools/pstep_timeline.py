@@ -62,28 +62,37 @@ def first_pieces(t):
     return gemvs, first
 
 
+def rel(stamps, t0):
+    """ns after t0 as floats; a stamp never written (0: a kernel form that
+    skips it, e.g. an op without a barrier) is NaN and left out of every
+    figure"""
+    return np.where(stamps > 0, (stamps - t0).astype(np.float64), np.nan)
+
+
 def main(path):
     t = load(path)
     ops, blocks, stages, piece = t["ops"], t["blocks"], t["stages"], t["piece"]
-    p = t["pieces"]
-    used = int((p[:, :, 0] > 0).sum(axis=1).max())
-    t0 = p[:, 0, 0].min()
-    issue, land, start, release = (p[:, :used, c] - t0 for c in range(4))
-    arrive, passed, x_stored, released = (t["barriers"][:, :, c] - t0 for c in range(4))
+    raw = t["pieces"]
+    used = int((raw[:, :, 0] > 0).sum(axis=1).max())
+    t0 = raw[:, 0, 0].min()
+    p = rel(raw, t0)
+    issue, land, start, release = (p[:, :used, c] for c in range(4))
+    arrive, passed, x_stored, released = (rel(t["barriers"][:, :, c], t0) for c in range(4))
     gemvs, first = first_pieces(t)
     if int(first[:, -1].max()) != used:
         sys.exit("pstep_timeline: the pieces recorded do not match the program")
     ok = np.arange(used)[None, :] < first[:, -1][:, None]
-    span = max(land[ok].max(), release[ok].max())
+    span = max(np.nanmax(land[ok]), np.nanmax(release[ok]))
     print(f"{blocks} blocks, {len(ops)} ops, {stages} ring stages of {piece} B; step {span / 1e3:.1f} us, "
           f"{used} pieces a block at most")
     lat = (land - issue)[ok] / 1e3
     wait = (start - land)[ok] / 1e3
     busy = (release - start)[ok] / 1e3
-    print(f"copy issued -> landed: mean {lat.mean():.2f} us (p10 {np.percentile(lat, 10):.2f}, "
-          f"p90 {np.percentile(lat, 90):.2f})")
-    print(f"landed -> consumption starts: mean {wait.mean():.2f} us (p50 {np.percentile(wait, 50):.2f}, "
-          f"p90 {np.percentile(wait, 90):.2f}); warp 0 on a piece: mean {busy.mean():.2f} us")
+    print(f"copy issued -> landed: mean {np.nanmean(lat):.2f} us (p10 "
+          f"{np.nanpercentile(lat, 10):.2f}, p90 {np.nanpercentile(lat, 90):.2f})")
+    print(f"landed -> consumption starts: mean {np.nanmean(wait):.2f} us (p50 "
+          f"{np.nanpercentile(wait, 50):.2f}, p90 {np.nanpercentile(wait, 90):.2f}); warp 0 on a "
+          f"piece: mean {np.nanmean(busy):.2f} us")
 
     # in each kind of GEMV's body (past the pieces in the ring when it
     # starts): a piece that waits long after landing means the consumers,
@@ -99,9 +108,9 @@ def main(path):
     print("\nin each GEMV's body: landed -> consumption starts (p50 / mean), "
           "warp 0 on a piece (mean):")
     for key, r in body.items():
-        if r[0]:
-            print(f"  {key:22s} {np.percentile(r[0], 50):5.2f} {np.mean(r[0]):5.2f} us   "
-                  f"{np.mean(r[1]):5.2f} us")
+        if np.isfinite(r[0]).any():
+            print(f"  {key:22s} {np.nanpercentile(r[0], 50):5.2f} {np.nanmean(r[0]):5.2f} us   "
+                  f"{np.nanmean(r[1]):5.2f} us")
 
     # the ring when an op starts, and what follows the barrier before a GEMV
     rows = {}
@@ -126,8 +135,9 @@ def main(path):
     print(f"{'':44s} {'landed':>7s} {'arr->pass':>9s} {'->x stored':>10s} {'fence':>7s} "
           f"{'->1st use':>9s} {'->refill':>9s} {'->lands':>8s}")
     for key, r in rows.items():
-        print(f"{key:44s} {np.mean(r[0]):5.2f}/{stages} {np.mean(r[1]):9.2f} {np.mean(r[2]):10.2f} "
-              f"{np.mean(r[3]):7.2f} {np.mean(r[4]):9.2f} {np.mean(r[5]):9.2f} {np.mean(r[6]):8.2f}")
+        m = [np.nanmean(c) if np.isfinite(c).any() else np.nan for c in r]
+        print(f"{key:44s} {m[0]:5.2f}/{stages} {m[1]:9.2f} {m[2]:10.2f} "
+              f"{m[3]:7.2f} {m[4]:9.2f} {m[5]:9.2f} {m[6]:8.2f}")
 
     last = arrive.max(axis=0)
     lat_b = (passed - last[None, :]) / 1e3
@@ -138,9 +148,9 @@ def main(path):
     for k in (2, 3):
         sel = ops[:-1, 0] == k
         print(f"barrier after {KINDS[k]}: arrivals spread {spread[:-1][sel].mean():.2f} us, "
-              f"last arrival -> pass {lat_b[:, :-1][:, sel].mean():.2f} us; release fence "
+              f"last arrival -> pass {np.nanmean(lat_b[:, :-1][:, sel]):.2f} us; release fence "
               f"{fence[:, :-1][:, sel].mean():.2f} us (the last arrival's {last_fence[:-1][sel].mean():.2f}), "
-              f"last release -> pass {release_to_pass[:-1][sel].mean():.2f} us")
+              f"last release -> pass {np.nanmean(release_to_pass[:-1][sel]):.2f} us")
 
     # the attentions, from each block's pass of the barrier before them
     att = [i for i in range(1, len(ops)) if ops[i, 0] == 3]
@@ -162,7 +172,7 @@ def main(path):
               f"{int((B[:, att[0], 4] > 0).sum())} of {blocks} blocks with an item")
 
     # GPU-wide landed rate over each tenth of each kind of GEMV
-    landed = np.sort(land[ok])
+    landed = np.sort(land[ok][np.isfinite(land[ok])])
 
     def rate(a, b):
         return (np.searchsorted(landed, b) - np.searchsorted(landed, a)) * piece / (b - a) / 1e3
