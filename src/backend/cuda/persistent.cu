@@ -300,7 +300,7 @@
  * against 114.6, 113.5. In the timelines the blocks were through ~15 us
  * after the last head was out (the heads' flips done by 10 us; with the
  * flips and the polls as atomics, the same), and the attention's q came in
- * 3.5-3.7 us after the pass (~2.5-2.9 in other builds). The likely cause
+ * 3.5-3.7 us after the pass (2.4-2.9 in other builds). The likely cause
  * of the first, found once the device time was spent: each warp loaded its
  * x segments one at a time, each used at once, 8 L2 round trips after
  * polls; the branch's head copies those of the heads out together (no
