@@ -129,8 +129,6 @@ uint64_t sizes_workspace(sizes_device d, const be_params *p, const hr_model_info
         return SIZES_CUDA_GEMM_WORKSPACE + sizes_align((uint64_t)att * 4, A) +
                sizes_align((uint64_t)(in->head_dim / 2) * 4, A) +
                sizes_align(sizes_cuda_meta_ints(cfg) * 4, A) +
-               sizes_align((uint64_t)cfg->max_out * SIZES_CUDA_SAMPLE_PARAM, A) +
-               sizes_align((uint64_t)cfg->max_out * 4, A) +
                sizes_align(ck_sample_work_bytes(cfg->max_out, in->n_vocab), A) +
                sizes_align(sizes_cuda_pstep_ops(in) * SIZES_CUDA_PSTEP_OP, A) +
                sizes_align((uint64_t)(1 + in->n_head) * 4, A);

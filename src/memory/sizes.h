@@ -61,8 +61,6 @@ uint64_t sizes_workspace(sizes_device d, const be_params *p, const hr_model_info
  * 2 MiB (the driver's granularity) on the H200. */
 #define SIZES_CUDA_MAX_GRAPHS 8
 #define SIZES_CUDA_GRAPH ((uint64_t)2 << 20)
-/* Bytes of one ck_sample_params (static_assert in the backend). */
-#define SIZES_CUDA_SAMPLE_PARAM 32u
 
 /* The persistent decode step (backend/cuda/persistent.cu): its program of
  * at most sizes_cuda_pstep_ops ops of at most SIZES_CUDA_PSTEP_OP bytes, a
