@@ -300,11 +300,15 @@
  * against 114.6, 113.5. In the timelines the blocks were through ~15 us
  * after the last head was out (the heads' flips done by 10 us; with the
  * flips and the polls as atomics, the same), and the attention's q came in
- * 3.5-3.7 us after the pass (2.4-2.9 in other builds). The likely cause
- * of the first, found once the device time was spent: each warp loaded its
- * x segments one at a time, each used at once, 8 L2 round trips after
- * polls; the branch's head copies those of the heads out together (no
- * spills; not measured).
+ * 3.5-3.7 us after the pass (2.4-2.9 in other builds). With the x
+ * segments of all heads out copied together (cp.async; the branch's head
+ * a64f94d, a later call): 239.8, 238.0 held and 240.2, 237.8 freed against
+ * 283.3, 282.6, so x's loads were not the cause (warp 0 had its first
+ * segment's x 1.4 us after o's start, and was through 17 us after the
+ * last head was out); the same kernel with by-head never taken at run
+ * time, 282.8, 282.6, its q in 2.6 us after the pass: neither the heads'
+ * flips nor the code slow the attention, the by-head o running beside it
+ * does. Dropped.
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
