@@ -268,7 +268,9 @@ typedef struct {
 
 /* tokens[i] = a draw from row i of logits (n, V) f32 with params[i]
  * (temperature, then top-k, top-p, min-p, as the CPU sampler orders them).
- * work: ck_sample_work_bytes(n, V) bytes. Logits are not modified. */
+ * work: ck_sample_work_bytes(n, V) bytes. Logits are not modified. tokens
+ * and params may be mapped pinned host memory (the backend's: a block reads
+ * its params once and writes one id). */
 void ck_sample(cudaStream_t s, int32_t *tokens, const float *logits, int64_t ld, int n, int V,
                const ck_sample_params *params, void *work);
 size_t ck_sample_work_bytes(int n, int V);
