@@ -310,6 +310,19 @@
  * flips nor the code slow the attention, the by-head o running beside it
  * does. Dropped.
  *
+ * Rejected (H200, 2026-12-01, bench/results/2026-12-01-h200-pstep-idle-
+ * prefetch.jsonl, one call, branch wip/idle-prefetch): the blocks without
+ * an attention item (4 of 132 at 4 splits a head) bulk-prefetching into
+ * L2, once past the wait before the attention, the o projection's bytes
+ * beyond every block's ring (7.4 MB): 249.1, 249.8 against 281.9, 281.4;
+ * with each block's first 2 gate/up pieces a run as well (8.4 MB more),
+ * 191.7, 191.0; the same over 36 idle blocks (3 splits a head), 277.2,
+ * 277.0. The cost falls with the bytes a block issues (~15 us a layer
+ * for 1.85 MB a block), so it is the prefetching blocks' own arrival
+ * after the attention, its release fence waiting behind their prefetches,
+ * that holds everyone at the barrier: the same fence as in "Landed later"
+ * above. Not tried: the idle blocks prefetching only after their arrival.
+ *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
  * their x loads and norms 228, the attention 371, the grid barriers 534;
