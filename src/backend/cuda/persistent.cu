@@ -318,10 +318,11 @@
  * with each block's first 2 gate/up pieces a run as well (8.4 MB more),
  * 191.7, 191.0; the same over 36 idle blocks (3 splits a head), 277.2,
  * 277.0. The cost falls with the bytes a block issues (~15 us a layer
- * for 1.85 MB a block), so it is the prefetching blocks' own arrival
- * after the attention, its release fence waiting behind their prefetches,
- * that holds everyone at the barrier: the same fence as in "Landed later"
- * above. Not tried: the idle blocks prefetching only after their arrival.
+ * for 1.85 MB a block), which points (no timeline taken) at the
+ * prefetching blocks' own arrival after the attention, its release fence
+ * waiting behind their prefetches, holding everyone at the barrier: the
+ * fence of "Landed later" above. Not tried: the idle blocks prefetching
+ * only after their arrival.
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
