@@ -602,8 +602,8 @@ static hr_status cuda_kv_alloc(hr_backend *b, const be_config *cfg, hr_error *er
     HR_TRY(dev_alloc(c, c->meta_ints * sizeof(int32_t), MEM_WORK, "step metadata",
                      (void **)&c->d_meta, err));
     /* the sampler reads its parameters from host memory and writes the ids
-     * there (mapped, pinned): a step's graph needs no copy nodes around it,
-     * which took ~11 of the sampling's 16.6 us a token (H200, 2026-12-01) */
+     * there (mapped, pinned): a step's graph needs no copies around it (the
+     * sampling 16.6 -> 10.1 us a token with graphs off, H200, 2026-12-01) */
     HR_CUDA_TRY(cudaHostAlloc((void **)&c->h_sp, (size_t)cfg->max_out * sizeof *c->h_sp,
                               cudaHostAllocMapped));
     HR_CUDA_TRY(cudaHostAlloc((void **)&c->h_tok, (size_t)cfg->max_out * sizeof(int32_t),
