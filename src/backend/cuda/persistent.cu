@@ -321,8 +321,34 @@
  * for 1.85 MB a block), which points (no timeline taken) at the
  * prefetching blocks' own arrival after the attention, its release fence
  * waiting behind their prefetches, holding everyone at the barrier: the
- * fence of "Landed later" above. Not tried: the idle blocks prefetching
- * only after their arrival.
+ * fence of "Landed later" above. Prefetching only after their own arrival
+ * (at the o GEMV's start; bench/results/2026-12-01-h200-pstep-relay.jsonl,
+ * one call, two rounds): 4 idle blocks, o's bytes beyond the rings, 256.0,
+ * 254.8 against 283.0, 282.5; 36 idle blocks (3 splits a head) with o's
+ * and the first 2 gate/up pieces a run, 281.5, 281.1; o's only, 283.0,
+ * 282.9; 3 splits without prefetch, 282.2, 282.7 (test_cuda_pstep 40/40
+ * for the 36-block form). Its timeline: o's first two tenths still 0.6
+ * and 2.5 TB/s. Rejected.
+ *
+ * What the barrier's release fence costs now (same file, one call, three
+ * rounds; measurement only, not correct by the memory model): every
+ * arrival relaxed, 287.2, 287.8, 287.1 against 283.1, 281.8, 282.0 (+1.8%).
+ * Rejected (same file, two calls, branch wip/sentinel): a publication
+ * without the fence, "relay buffers". Every GEMV output that later ops of
+ * the step read (qkv, the residual after o and after down, the SwiGLU
+ * product: 128 a step for Llama-2-7B) goes to a buffer of its own, one of
+ * two halves by the step's parity, each element all ones until its writer
+ * stores it (and clears the other half's for the next step); readers load
+ * with relaxed loads of the element's size until no element is all ones,
+ * and the GEMVs' arrivals are relaxed. Correct (test_cuda_pstep 40/40,
+ * test_cuda_model 94/94) but slower: 277.7, 278.0 against 285.1, 286.7,
+ * and with the relay buffers off in the same kernel 277.3, 277.1: the
+ * relaxed arrivals gained 0.3% of the 1.8%, and the kernel itself lost
+ * 2.8%. Not from x's loads: 8 or 16 bytes a load, relaxed or .cg, 276.1 -
+ * 277.9 against main's 283.4, 283.8 (next call). Not found: the rest (the
+ * norm op out of line, which kept the kernel from spilling; the relay
+ * offsets live through every op; the epilogue's and the attention's
+ * branches).
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
