@@ -345,10 +345,12 @@
  * and with the relay buffers off in the same kernel 277.3, 277.1: the
  * relaxed arrivals gained 0.3% of the 1.8%, and the kernel itself lost
  * 2.8%. Not from x's loads: 8 or 16 bytes a load, relaxed or .cg, 276.1 -
- * 277.9 against main's 283.4, 283.8 (next call). Not found: the rest (the
- * norm op out of line, which kept the kernel from spilling; the relay
- * offsets live through every op; the epilogue's and the attention's
- * branches).
+ * 277.9 against main's 283.4, 283.8 (next call); nor from the attention's
+ * relay loads (1.3k of the 3.4k SASS instructions the kernel grew by; the
+ * GEMV loop's code is the same): compiled out, 279.4 against 278.5 and
+ * main's 287.0 (a third call). Not found: the rest (the norm op out of
+ * line, which kept the kernel from spilling; the relay offsets live
+ * through every op; the epilogue's branches).
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
