@@ -343,7 +343,7 @@
  * and the GEMVs' arrivals are relaxed. Correct (test_cuda_pstep 40/40,
  * test_cuda_model 94/94) but slower: 277.7, 278.0 against 285.1, 286.7,
  * and with the relay buffers off in the same kernel 277.3, 277.1: the
- * relaxed arrivals gained 0.3% of the 1.8%, and the kernel itself lost
+ * relaxed arrivals gained 0.2% of the 1.8%, and the kernel itself lost
  * 2.8%. Not from x's loads: 8 or 16 bytes a load, relaxed or .cg, 276.1 -
  * 277.9 against main's 283.4, 283.8 (next call); nor from the attention's
  * relay loads (1.3k of the 3.4k SASS instructions the kernel grew by; the
