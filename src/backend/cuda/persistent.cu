@@ -333,7 +333,7 @@
  * What the barrier's release fence costs now (same file, one call, three
  * rounds; measurement only, not correct by the memory model): every
  * arrival relaxed, 287.2, 287.8, 287.1 against 283.1, 281.8, 282.0 (+1.8%).
- * Rejected (same file, two calls, branch wip/sentinel): a publication
+ * Rejected (same file, three calls, branch wip/sentinel): a publication
  * without the fence, "relay buffers". Every GEMV output that later ops of
  * the step read (qkv, the residual after o and after down, the SwiGLU
  * product: 128 a step for Llama-2-7B) goes to a buffer of its own, one of
