@@ -281,6 +281,9 @@ typedef struct {
     bool logits_all;       /* keep logits of every prompt row (perplexity) */
     bool attn_naive;       /* cuda: the simple attention kernel, not flash (benchmarks) */
     bool no_graphs;        /* cuda: no CUDA graphs (benchmarks) */
+    bool no_overlap;       /* cuda: wait for each decode step before queuing the next, instead
+                              of queuing a lone sequence's next step while the host takes in
+                              the token before (benchmarks) */
     bool progress;         /* show weight-upload progress on a terminal */
     uint64_t mem_budget;   /* bytes the engine may hold on its device; 0: the device's free
                               memory less a reserve (hr_device_budget) */

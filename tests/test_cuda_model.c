@@ -9,7 +9,13 @@
  *     float32 reference, greedy agreement reported;
  *   - graphs change nothing: a greedy generation with CUDA graphs gives the
  *     same tokens as without, and as the same prompts decoded as a batch;
- *   - sampling on the device is reproducible from its seed.
+ *   - sampling on the device is reproducible from its seed;
+ *   - a greedy step's argmax folded into the persistent step picks the
+ *     sampling kernel's token;
+ *   - overlap (a lone sequence's next step queued before its token is in)
+ *     changes nothing: the same tokens, text and finish reasons as without,
+ *     greedy and sampled, stopped by a stop string, end of generation or a
+ *     cancel in the middle of a run, and with a request joining mid-run.
  * Without a CUDA device it prints "SKIP: no CUDA device" and exits 77.
  *
  * Tolerance. Weights are the same bf16 values on both sides; the GPU rounds
@@ -153,6 +159,8 @@ static void generate(hr_engine *e, int32_t (*prompts)[8], int n_prompts, int n_n
     }
 }
 
+static void check_overlap(const hr_model *m);
+
 static void check_embedded(void) {
     const char *dir = HR_SOURCE_DIR "/models/tiny-shakespeare";
     hr_error err;
@@ -223,7 +231,165 @@ static void check_embedded(void) {
     }
     hr_engine_free(eg);
     hr_engine_free(en);
+    check_overlap(m);
     hr_model_free(m);
+}
+
+/* One request to its end: tokens, text, finish reason. cancel_after > 0
+ * cancels it after that many steps; join (optional) is added after 5. */
+typedef struct {
+    int32_t tok[256];
+    int n;
+    char text[8192];
+    size_t len;
+    hr_finish_reason finish;
+} run_out;
+
+static void run_one(hr_engine *e, const int32_t *prompt, const hr_sampling_params *sp,
+                    int cancel_after, const hr_sampling_params *join, run_out *o,
+                    run_out *o_join) {
+    memset(o, 0, sizeof *o);
+    if (o_join)
+        memset(o_join, 0, sizeof *o_join);
+    hr_error err;
+    int32_t id[2] = {-1, -1};
+    CHECK_OK(hr_engine_add(e, prompt, 8, sp, &id[0], &err), &err);
+    hr_event ev[4];
+    for (int steps = 1; hr_engine_n_active(e) > 0; steps++) {
+        int32_t n;
+        if (hr_engine_step(e, ev, 4, &n, &err) != HR_OK) {
+            CHECK_MSG(false, "step: %s", err.msg);
+            return;
+        }
+        for (int32_t j = 0; j < n; j++)
+            for (int k = 0; k < 2; k++) {
+                run_out *r = k == 0 ? o : o_join;
+                if (ev[j].id != id[k] || !r)
+                    continue;
+                if (ev[j].token >= 0 && r->n < 256)
+                    r->tok[r->n++] = ev[j].token;
+                if (r->len + (size_t)ev[j].text_len < sizeof r->text) {
+                    memcpy(r->text + r->len, ev[j].text, (size_t)ev[j].text_len);
+                    r->len += (size_t)ev[j].text_len;
+                }
+                if (ev[j].finish != HR_FINISH_NONE)
+                    r->finish = ev[j].finish;
+            }
+        if (steps == cancel_after)
+            hr_engine_cancel(e, id[0]);
+        if (steps == 5 && join)
+            CHECK_OK(hr_engine_add(e, prompt, 8, join, &id[1], &err), &err);
+    }
+}
+
+static bool same_run(const run_out *a, const run_out *b) {
+    return a->n == b->n && memcmp(a->tok, b->tok, (size_t)a->n * sizeof a->tok[0]) == 0 &&
+           a->len == b->len && memcmp(a->text, b->text, a->len) == 0 && a->finish == b->finish;
+}
+
+static void check_overlap(const hr_model *m) {
+    hr_engine *eo = cuda_engine(m, HR_DTYPE_BF16, 2, false, true);
+    hr_engine_params ep = hr_engine_params_default();
+    ep.device = HR_DEVICE_CUDA;
+    ep.n_ctx = 512;
+    ep.n_seq_max = 2;
+    ep.no_overlap = true;
+    hr_engine *en = NULL;
+    hr_error err;
+    CHECK_OK(hr_engine_create(m, &ep, &en, &err), &err);
+    if (!eo || !en) {
+        hr_engine_free(eo);
+        hr_engine_free(en);
+        return;
+    }
+    int32_t prompt[8];
+    for (int j = 0; j < 8; j++)
+        prompt[j] = j == 0 ? 1 : 211 + 13 * j;
+    static run_out a, b, c, d;
+    hr_sampling_params greedy = hr_sampling_params_default();
+    greedy.max_tokens = 100;
+    greedy.ignore_eos = true;
+    run_out first;
+    run_one(eo, prompt, &greedy, 0, NULL, &a, NULL);
+    run_one(en, prompt, &greedy, 0, NULL, &b, NULL);
+    first = a;
+    CHECK_MSG(a.n == 100 && a.finish == HR_FINISH_LENGTH, "overlap: %d tokens, finish %s", a.n,
+              hr_finish_reason_name(a.finish));
+    CHECK_MSG(same_run(&a, &b), "overlap: greedy run differs");
+    CHECK_MSG(eo->n_chained >= 90 && en->n_chained == 0,
+              "overlap: %lld chained steps with, %lld without", (long long)eo->n_chained,
+              (long long)en->n_chained);
+
+    /* a near-zero temperature draws the argmax through the sampling kernel:
+     * the persistent step's folded argmax must agree (ties aside) */
+    hr_sampling_params cold = greedy;
+    cold.temperature = 1e-30f;
+    run_one(eo, prompt, &cold, 0, NULL, &a, NULL);
+    CHECK_MSG(same_run(&a, &first), "greedy folded into the step differs from the sampler's");
+
+    hr_sampling_params sampled = greedy;
+    sampled.temperature = 0.8f;
+    sampled.top_k = 50;
+    sampled.top_p = 0.9f;
+    sampled.seed = 77;
+    run_one(eo, prompt, &sampled, 0, NULL, &a, NULL);
+    run_one(en, prompt, &sampled, 0, NULL, &b, NULL);
+    CHECK_MSG(same_run(&a, &b), "overlap: sampled run differs");
+
+    /* a stop string from the middle of the greedy text */
+    char stop[8] = {0};
+    memcpy(stop, first.text + first.len / 2, 4);
+    const char *stops[1] = {stop};
+    hr_sampling_params stopped = greedy;
+    stopped.stop = stops;
+    stopped.n_stop = strlen(stop) == 4 ? 1 : 0;
+    run_one(eo, prompt, &stopped, 0, NULL, &a, NULL);
+    run_one(en, prompt, &stopped, 0, NULL, &b, NULL);
+    CHECK_MSG(a.finish == HR_FINISH_STOP && same_run(&a, &b),
+              "overlap: stop string run differs (finish %s / %s)",
+              hr_finish_reason_name(a.finish), hr_finish_reason_name(b.finish));
+
+    /* end of generation where the model says so */
+    hr_sampling_params eos = greedy;
+    eos.ignore_eos = false;
+    eos.max_tokens = 250;
+    int n_eos = 0;
+    for (int i = 0; i < 4; i++) {
+        int32_t p[8];
+        for (int j = 0; j < 8; j++)
+            p[j] = j == 0 ? 1 : 100 + 37 * i + 11 * j;
+        run_one(eo, p, &eos, 0, NULL, &a, NULL);
+        run_one(en, p, &eos, 0, NULL, &b, NULL);
+        n_eos += a.finish == HR_FINISH_EOS;
+        CHECK_MSG(same_run(&a, &b), "overlap: prompt %d differs (%d tokens, %s / %d, %s)", i,
+                  a.n, hr_finish_reason_name(a.finish), b.n, hr_finish_reason_name(b.finish));
+    }
+
+    /* cancelled mid-run */
+    run_one(eo, prompt, &greedy, 10, NULL, &a, NULL);
+    run_one(en, prompt, &greedy, 10, NULL, &b, NULL);
+    CHECK_MSG(a.finish == HR_FINISH_CANCELLED && same_run(&a, &b),
+              "overlap: cancelled run differs (%d tokens, %s / %d, %s)", a.n,
+              hr_finish_reason_name(a.finish), b.n, hr_finish_reason_name(b.finish));
+
+    /* a second request joins mid-run: both run to their lengths, the first
+     * as alone until then */
+    hr_sampling_params join = greedy;
+    join.max_tokens = 30;
+    run_one(eo, prompt, &greedy, 0, &join, &a, &c);
+    run_one(en, prompt, &greedy, 0, &join, &b, &d);
+    CHECK_MSG(a.n == 100 && c.n == 30 && b.n == 100 && d.n == 30 &&
+                  memcmp(a.tok, first.tok, 5 * sizeof a.tok[0]) == 0,
+              "overlap: joined runs %d + %d tokens, %d + %d without", a.n, c.n, b.n, d.n);
+
+    /* and the engine is as it was */
+    run_one(eo, prompt, &greedy, 0, NULL, &a, NULL);
+    CHECK_MSG(same_run(&a, &first), "overlap: greedy run differs after the others");
+    printf("overlap: same tokens, text and finish with and without (greedy, sampled, stop "
+           "string, %d/4 ended by the model, cancelled, joined); %lld chained steps\n",
+           n_eos, (long long)eo->n_chained);
+    hr_engine_free(eo);
+    hr_engine_free(en);
 }
 
 int main(void) {

@@ -66,6 +66,15 @@ typedef struct {
     const int32_t *out_rows;     /* (n_out) */
     bool device_sample;          /* end_step will get samples (known before the step, so a
                                     backend can capture the sampling with the step) */
+    /* Overlap (backends with chains set): with defer, end_step queues the
+     * step and returns at once, and wait_step later gives its tokens. A
+     * chained step is one decode row that follows the step queued just
+     * before it, of the same sequence with the same sampling parameters: its
+     * token is the one that step samples, its position one more, so it can
+     * be queued before that token is known (tokens[0] is not read). */
+    bool defer, chained;
+    bool greedy; /* with device_sample: every row's sampling is greedy (known before the
+                    step, so a backend can fold the argmax into it) */
 } hr_step;
 
 /* What the backend must size for, fixed when the engine starts. */
@@ -136,6 +145,9 @@ typedef struct {
     hr_status (*end_step)(hr_backend *b, const be_tensor *logits, float *host_logits,
                           const struct be_sample *samples, int32_t *host_tokens, hr_error *err);
     bool can_sample;
+    /* Waits for the oldest deferred step and writes its sampled tokens (NULL
+     * where no step is ever deferred). */
+    hr_status (*wait_step)(hr_backend *b, int32_t *host_tokens, hr_error *err);
 
     /* What the backend holds, by part (bytes). */
     void (*memory)(const hr_backend *b, struct be_memory *out);
@@ -176,6 +188,7 @@ typedef struct be_memory {
 struct hr_backend {
     const hr_backend_ops *ops;
     const hr_model_info *info;
+    bool chains; /* takes deferred and chained steps (hr_step), at most 2 queued */
 };
 
 typedef struct {

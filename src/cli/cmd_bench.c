@@ -34,7 +34,9 @@ static void help(FILE *f) {
                "  --json         also print one JSON object per configuration\n"
                "  --dtype LIST   cuda: bf16, f16 or bf16,f16 (one row each)\n"
                "  --attn LIST    cuda: flash, naive or flash,naive\n"
-               "  --graphs LIST  cuda: on, off or on,off\n");
+               "  --graphs LIST  cuda: on, off or on,off\n"
+               "  --overlap LIST cuda: on, off or on,off (a lone sequence's next step\n"
+               "                 queued before the host has the token of the one before)\n");
     cli_engine_help(f);
 }
 
@@ -173,8 +175,8 @@ int cmd_bench(int argc, char **argv) {
     bool json = false;
     static const char *const dtypes[] = {"bf16", "f16"}, *const attns[] = {"flash", "naive"},
                              *const onoff[] = {"on", "off"};
-    int dt_v[2] = {0}, attn_v[2] = {0}, graph_v[2] = {0};
-    int n_dt = 1, n_attn = 1, n_graph = 1;
+    int dt_v[2] = {0}, attn_v[2] = {0}, graph_v[2] = {0}, over_v[2] = {0};
+    int n_dt = 1, n_attn = 1, n_graph = 1, n_over = 1;
     for (int i = 1; i < argc; i++) {
         int r = cli_engine_option(argc, argv, &i, &o);
         if (r < 0)
@@ -208,6 +210,10 @@ int cmd_bench(int argc, char **argv) {
         } else if (strcmp(argv[i], "--graphs") == 0) {
             if (!cli_value(argc, argv, &i, &v) ||
                 (n_graph = parse_list("--graphs", v, onoff, 2, graph_v)) < 0)
+                return 1;
+        } else if (strcmp(argv[i], "--overlap") == 0) {
+            if (!cli_value(argc, argv, &i, &v) ||
+                (n_over = parse_list("--overlap", v, onoff, 2, over_v)) < 0)
                 return 1;
         } else if (strcmp(argv[i], "--json") == 0) {
             json = true;
@@ -244,8 +250,8 @@ int cmd_bench(int argc, char **argv) {
     hr_dtype wt = main_weight_type(m);
     printf("model %s (%s, %s weights), batch %lld, prompt %lld, gen %lld\n", shape, in.name,
            hr_dtype_name(wt), (long long)batch, (long long)prompt, (long long)gen);
-    printf("%-6s %-5s %-6s %-6s | %9s %12s %12s %10s\n", "device", "dtype", "attn", "graphs",
-           "ttft ms", "prefill t/s", "decode t/s", "peak");
+    printf("%-6s %-5s %-6s %-6s %-7s | %9s %12s %12s %10s\n", "device", "dtype", "attn",
+           "graphs", "overlap", "ttft ms", "prefill t/s", "decode t/s", "peak");
     for (int a = 0; a < n_dt; a++) {
         hr_dtype want = dt_v[a] == 0 ? HR_DTYPE_BF16 : HR_DTYPE_F16;
         /* a synthetic model on the GPU is made in the compute type itself,
@@ -261,12 +267,14 @@ int cmd_bench(int argc, char **argv) {
             }
         }
         for (int b = 0; b < n_attn; b++)
-            for (int g = 0; g < n_graph; g++) {
+            for (int gv = 0; gv < n_graph * n_over; gv++) {
+                const int g = gv / n_over, ov = gv % n_over;
                 hr_engine *e = NULL;
                 hr_engine_params ep = o.ep;
                 ep.dtype = want;
                 ep.attn_naive = attn_v[b] == 1;
                 ep.no_graphs = graph_v[g] == 1;
+                ep.no_overlap = over_v[ov] == 1;
                 if (hr_engine_create(m, &ep, &e, &err) != HR_OK) {
                     cli_error("%s", err.msg);
                     goto done;
@@ -316,8 +324,9 @@ int cmd_bench(int argc, char **argv) {
                 const char *dname = cuda ? dtypes[dt_v[a]] : "f32";
                 const char *aname = cuda ? attns[attn_v[b]] : "-";
                 const char *gname = cuda ? onoff[graph_v[g]] : "-";
-                printf("%-6s %-5s %-6s %-6s | %9.2f %12.1f %12.2f %10s\n",
-                       hr_engine_device_name(e), dname, aname, gname, ttft.median,
+                const char *oname = cuda ? onoff[over_v[ov]] : "-";
+                printf("%-6s %-5s %-6s %-6s %-7s | %9.2f %12.1f %12.2f %10s\n",
+                       hr_engine_device_name(e), dname, aname, gname, oname, ttft.median,
                        prefill.median, decode.median, cli_bytes(peak, b1, sizeof b1));
                 if (o.mem_report)
                     cli_memory_report(e, "after generation");
@@ -325,6 +334,7 @@ int cmd_bench(int argc, char **argv) {
                     printf("{\"commit\": \"%s\", \"date\": \"%s\", \"machine\": \"%s\", "
                            "\"device\": \"%s\", \"shape\": \"%s\", \"weights\": \"%s\", "
                            "\"dtype\": \"%s\", \"attn\": \"%s\", \"graphs\": \"%s\", "
+                           "\"overlap\": \"%s\", "
                            "\"batch\": %lld, \"prompt\": %lld, \"gen\": %lld, \"threads\": %d, "
                            "\"ttft_ms\": %.3f, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.3f, "
                            "\"repeat\": %lld, \"prefill_tok_s_range\": [%.2f, %.2f], "
@@ -333,7 +343,7 @@ int cmd_bench(int argc, char **argv) {
                            HR_BUILD_COMMIT[0] ? HR_BUILD_COMMIT : "unknown", date,
                            hr_engine_device_desc(e),
                            hr_engine_device_name(e), shape, hr_dtype_name(wt), dname, aname,
-                           gname, (long long)batch, (long long)prompt, (long long)gen,
+                           gname, oname, (long long)batch, (long long)prompt, (long long)gen,
                            o.ep.n_threads, ttft.median, prefill.median, decode.median,
                            (long long)repeat, prefill.min, prefill.max, decode.min, decode.max,
                            (unsigned long long)peak,

@@ -235,6 +235,7 @@ hr_status hr_engine_create(const hr_model *m, const hr_engine_params *params, hr
     hr_engine *e = hr_calloc(1, sizeof *e);
     if (!e)
         return hr_err_set(err, HR_ERR_NOMEM, "engine: out of memory");
+    e->ahead_req = -1;
     e->model = m;
     e->tok = m->tok;
     e->p = p;
@@ -446,10 +447,127 @@ static void drop_reported(hr_engine *e) {
     e->n_reqs = j;
 }
 
+/* Overlap. A lone sequence decoding on a backend that chains (the CUDA
+ * one) keeps one step queued ahead: its next step goes in before the host
+ * has the token of the one before (the device feeds it: hr_step.chained),
+ * so the device does not wait while the host takes in a token, checks the
+ * stop rules and queues the next step (~30 us a token on an H200, ~1% at
+ * 7B). A request that stops on a token the host only then sees (end of
+ * generation, a stop string, a cancel) leaves one queued step computed for
+ * nothing; its K/V row is the right one for the token it fed, in blocks
+ * the request reserved. max_tokens and the context end are known ahead, so
+ * no step is queued past them. */
+
+/* whether r's step after the in_flight ones queued would run, were none of
+ * their tokens a stop */
+static bool overlaps(const hr_engine *e, const engine_request *r, int32_t in_flight) {
+    return e->be->chains && e->be->ops->wait_step && !e->p.no_overlap && e->n_reqs == 1 &&
+           r->seq >= 0 && r->finish == HR_FINISH_NONE && !r->cancel &&
+           r->params.repeat_penalty == 1.0f && r->n_tokens - r->n_cached == in_flight &&
+           (r->max_new < 0 || r->n_gen + in_flight + 1 <= r->max_new) &&
+           r->n_tokens + in_flight < e->n_ctx;
+}
+
+/* as the samplers take it: the argmax */
+static bool is_greedy(const hr_sampling_params *sp) {
+    return !(sp->temperature > 0.0f) || sp->top_k == 1;
+}
+
+static void set_sample(hr_engine *e, int32_t o, const engine_request *r, int32_t ahead) {
+    const hr_sampling_params *sp = &r->params;
+    e->samples[o] = (be_sample){.temperature = sp->temperature, .top_k = sp->top_k,
+                                .top_p = sp->top_p, .min_p = sp->min_p, .seed = sp->seed,
+                                .step = (uint64_t)(r->n_gen + ahead)};
+}
+
+/* Queues r's step after the one queued: position n_tokens, fed the token
+ * that one samples. */
+static hr_status queue_chained(hr_engine *e, engine_request *r, hr_error *err) {
+    begin_build(e);
+    const int32_t pos = r->n_tokens;
+    e->tokens[0] = -1;
+    e->pos[0] = pos;
+    e->slot[0] = kv_slot(e->kv, r->seq, pos);
+    e->segs[0] = (step_segment){.seq = r->seq, .pos0 = pos, .n = 1, .row0 = 0};
+    e->step.n_seg = 1;
+    e->step.n_rows = 1;
+    e->out_req[0] = r->id;
+    e->out_rows[0] = 0;
+    e->step.n_out = 1;
+    e->step.device_sample = e->step.defer = e->step.chained = true;
+    e->step.greedy = is_greedy(&r->params);
+    set_sample(e, 0, r, 1);
+    HR_TRY(llama_forward(e->lm, &e->step, NULL, e->samples, NULL, err));
+    e->n_chained++;
+    return HR_OK;
+}
+
+/* Waits for r's oldest queued step and takes in its token (one event). */
+static hr_status take_queued(hr_engine *e, engine_request *r, hr_event *ev, int32_t *n_events,
+                             hr_error *err) {
+    int32_t tok = -1;
+    hr_status s = e->be->ops->wait_step(e->be, &tok, err);
+    if (s != HR_OK)
+        return s;
+    r->n_cached++;
+    if (r->cancel) {
+        finish(e, r, HR_FINISH_CANCELLED);
+        return HR_OK; /* reported by the next step */
+    }
+    accept_token(e, r, tok, ev);
+    (*n_events)++;
+    return HR_OK;
+}
+
+/* With a step queued ahead for r: queue the one after it if r will want it,
+ * then take in the queued one's token. */
+static hr_status step_ahead(hr_engine *e, engine_request *r, hr_event *events,
+                            int32_t *n_events, hr_error *err) {
+    e->ahead_req = -1;
+    hr_status qs = HR_OK;
+    bool more = overlaps(e, r, 1);
+    if (more && (qs = queue_chained(e, r, err)) != HR_OK)
+        more = false;
+    hr_status s = take_queued(e, r, &events[*n_events], n_events, err);
+    if (s == HR_OK && qs != HR_OK)
+        s = qs;
+    if (s != HR_OK) {
+        if (more) /* the step after failed one: drop the one queued after it */
+            e->ahead_drop = true;
+        finish(e, r, HR_FINISH_ERROR);
+        return s;
+    }
+    if (more) {
+        if (r->finish == HR_FINISH_NONE)
+            e->ahead_req = r->id;
+        else
+            e->ahead_drop = true;
+    }
+    drop_reported(e);
+    return HR_OK;
+}
+
+/* Waits for a queued step whose request has gone. */
+static hr_status drop_queued(hr_engine *e, hr_error *err) {
+    if (!e->ahead_drop)
+        return HR_OK;
+    e->ahead_drop = false;
+    int32_t tok;
+    return e->be->ops->wait_step(e->be, &tok, err);
+}
+
 hr_status hr_engine_step(hr_engine *e, hr_event *events, int32_t cap, int32_t *n_events,
                          hr_error *err) {
     *n_events = 0;
     e->text_len = 0;
+    HR_TRY(drop_queued(e, err));
+    if (e->ahead_req >= 0) {
+        if (cap < 1)
+            return hr_err_set(err, HR_ERR_INVALID, "engine step: room for no event");
+        engine_request *r = engine_find(e, e->ahead_req);
+        HR_ASSERT(r != NULL); /* a request with a step queued is not dropped */
+        return step_ahead(e, r, events, n_events, err);
+    }
     /* cancelled and already-finished requests report first */
     for (int32_t i = 0; i < e->n_reqs && *n_events < cap; i++) {
         engine_request *r = e->reqs[i];
@@ -490,16 +608,28 @@ hr_status hr_engine_step(hr_engine *e, hr_event *events, int32_t cap, int32_t *n
 
     /* sample on the device when it can and no request needs the host sampler
      * (the repetition penalty looks at each request's history) */
-    bool device_sampling = e->be->ops->can_sample;
+    bool device_sampling = e->be->ops->can_sample, greedy = true;
     for (int32_t o = 0; o < e->step.n_out && device_sampling; o++) {
         const engine_request *r = engine_find(e, e->out_req[o]);
-        const hr_sampling_params *sp = &r->params;
-        device_sampling = sp->repeat_penalty == 1.0f;
-        e->samples[o] = (be_sample){.temperature = sp->temperature, .top_k = sp->top_k,
-                                    .top_p = sp->top_p, .min_p = sp->min_p, .seed = sp->seed,
-                                    .step = (uint64_t)r->n_gen};
+        device_sampling = r->params.repeat_penalty == 1.0f;
+        greedy = greedy && is_greedy(&r->params);
+        set_sample(e, o, r, 0);
     }
     e->step.device_sample = device_sampling;
+    e->step.greedy = device_sampling && greedy;
+    /* a lone decode row: queue it and the step after it, then wait */
+    engine_request *lone = e->step.n_rows == 1 && e->step.n_out == 1 && device_sampling
+                               ? engine_find(e, e->out_req[0])
+                               : NULL;
+    if (lone && lone->n_step == 1 && overlaps(e, lone, 1)) {
+        e->step.defer = true;
+        hr_status s = llama_forward(e->lm, &e->step, NULL, e->samples, NULL, err);
+        if (s != HR_OK) {
+            finish(e, lone, HR_FINISH_ERROR);
+            return s;
+        }
+        return step_ahead(e, lone, events, n_events, err);
+    }
     hr_status s = llama_forward(e->lm, &e->step, e->logits, device_sampling ? e->samples : NULL,
                                 e->out_tokens, err);
     if (s != HR_OK) {
@@ -533,6 +663,7 @@ hr_status hr_engine_score(hr_engine *e, const int32_t *tokens, int32_t n, double
         return hr_err_set(err, HR_ERR_INVALID, "engine: scoring needs logits_all");
     if (e->n_reqs > 0)
         return hr_err_set(err, HR_ERR_INVALID, "engine: scoring while requests are running");
+    HR_TRY(drop_queued(e, err));
     if (n < 2 || n > e->n_ctx)
         return hr_err_set(err, HR_ERR_INVALID, "engine: %d tokens to score, context is %d", n,
                           e->n_ctx);

@@ -70,6 +70,12 @@ struct hr_engine {
     engine_request **reqs;
     int32_t n_reqs, cap_reqs;
     int32_t next_id;
+    /* overlap (engine.c, "the step"): the request whose chained step is
+     * queued and not yet waited for (-1: none), or a queued step to wait
+     * for and drop (its request finished before it) */
+    int32_t ahead_req;
+    bool ahead_drop;
+    int64_t n_chained; /* chained steps queued (tests) */
 };
 
 double engine_now_ms(void);

@@ -67,13 +67,16 @@ uint64_t sizes_workspace(sizes_device d, const be_params *p, const hr_model_info
  * GEMV cut into pieces of at most SIZES_CUDA_PSTEP_ROWS rows a block. */
 #define SIZES_CUDA_PSTEP_OP 128u
 #define SIZES_CUDA_PSTEP_ROWS 256
+/* its counters before the attention's one per head: the grid barrier, the
+ * blocks done, the greedy rank (64 bits) */
+#define SIZES_CUDA_PSTEP_SYNC 4
 uint64_t sizes_cuda_pstep_ops(const hr_model_info *in);
 /* Flash-decoding splits for this configuration. */
 int sizes_cuda_splits(const hr_model_info *in, const be_config *cfg);
 /* Whether the flash attention kernels take this head size (else the naive one). */
 bool sizes_cuda_flash_dh(int head_dim);
 /* Step metadata ints: tokens, positions, slots, sequences, outputs, decode
- * rows, tiles (two arrays), block tables. */
+ * rows, tiles (two arrays), block tables, the chain count. */
 uint64_t sizes_cuda_meta_ints(const be_config *cfg);
 
 /* Host-side overhead the planner adds on the cpu: thread stacks and the

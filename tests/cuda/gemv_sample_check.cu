@@ -590,7 +590,7 @@ static std::vector<int32_t> run_sample(const std::vector<std::vector<float>> &ro
     CK(cudaMemcpy(d_p, params.data(), (size_t)n * sizeof(ck_sample_params),
                   cudaMemcpyHostToDevice));
     CK(cudaMemset(d_t, 0xAB, (size_t)(n + 16) * 4));
-    ck_sample(0, d_t, d_l, ld, n, V, d_p, nullptr);
+    ck_sample(0, d_t, d_l, ld, n, V, d_p, nullptr, nullptr);
     CK(cudaGetLastError());
     std::vector<int32_t> t((size_t)n + 16);
     std::vector<float> after(h.size());
@@ -903,7 +903,7 @@ static void graph_check(void) {
     CK(cudaStreamCreate(&s));
     /* eager */
     ck_gemv(s, d_y, false, N, d_x, K, d_W, nullptr, CK_BF16, n, N, K);
-    ck_sample(s, d_t, d_y, N, n, V, d_p, nullptr);
+    ck_sample(s, d_t, d_y, N, n, V, d_p, nullptr, nullptr);
     CK(cudaStreamSynchronize(s));
     CK(cudaGetLastError());
     std::vector<float> y1((size_t)n * N), y2((size_t)n * N);
@@ -917,7 +917,7 @@ static void graph_check(void) {
     cudaGraphExec_t exec;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     ck_gemv(s, d_y, false, N, d_x, K, d_W, nullptr, CK_BF16, n, N, K);
-    ck_sample(s, d_t, d_y, N, n, V, d_p, nullptr);
+    ck_sample(s, d_t, d_y, N, n, V, d_p, nullptr, nullptr);
     CK(cudaStreamEndCapture(s, &graph));
     CK(cudaGraphInstantiate(&exec, graph, 0));
     CK(cudaGraphLaunch(exec, s));
@@ -974,7 +974,7 @@ static void sample_timing(void) {
                 std::vector<double> ts;
                 for (int i = 0; i < 110; i++) {
                     CK(cudaEventRecord(e0));
-                    ck_sample(0, d_t, d_l, V, n, V, d_p, nullptr);
+                    ck_sample(0, d_t, d_l, V, n, V, d_p, nullptr, nullptr);
                     CK(cudaEventRecord(e1));
                     CK(cudaEventSynchronize(e1));
                     float ms;

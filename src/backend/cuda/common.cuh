@@ -22,6 +22,41 @@ __device__ __forceinline__ void ck_from_f32(__half *p, float v) { *p = __float2h
 __device__ __forceinline__ float ck_to_f32(float v) { return v; }
 __device__ __forceinline__ void ck_from_f32(float *p, float v) { *p = v; }
 
+/* The greedy rank of a logit: order-preserving bits << 32 | ~id, NaN as
+ * -inf and -0 as +0, so the largest key is the argmax, the lowest id on
+ * ties (sample.cu's order). */
+__device__ __forceinline__ unsigned long long ck_rank_key(float l, int id) {
+    if (l != l)
+        l = -INFINITY;
+    else if (l == 0.0f)
+        l = 0.0f;
+    uint32_t b = __float_as_uint(l);
+    b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    return ((unsigned long long)b << 32) | (unsigned long long)(0xffffffffu - (uint32_t)id);
+}
+
+__device__ __forceinline__ int ck_rank_id(unsigned long long key) {
+    return (int)(0xffffffffu - (uint32_t)(key & 0xffffffffu));
+}
+
+/* One thread, once a step of one row has its token: tokens[0], and with a
+ * chain (ch.tok set) the next step's metadata (kernels.h, ck_chain). count:
+ * *ch.count as the step began. */
+__device__ __forceinline__ void ck_chain_emit(int32_t *tokens, int token, const ck_chain &ch,
+                                              int count) {
+    tokens[0] = token;
+    if (!ch.tok)
+        return;
+    ch.host_tok[count & 1] = token;
+    *ch.tok = token;
+    const int pos = *ch.pos + 1, b = pos / ch.block_size;
+    *ch.pos = pos;
+    if (b < ch.max_blocks)
+        *ch.slot = ch.block_tables[(int64_t)*ch.seq * ch.max_blocks + b] * ch.block_size +
+                   pos % ch.block_size;
+    *ch.count = count + 1;
+}
+
 /* N consecutive elements of T (ck or f32) as one load or store of
  * N sizeof(T) bytes (2 to 16; p aligned to it), as N floats */
 template <int BYTES> struct ck_vec;

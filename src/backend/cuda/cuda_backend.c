@@ -54,6 +54,7 @@
  * at a 32k context 64 splits decoded 114.1 tok/s, 128 splits 111.3. */
 #define DEC_FILL_BLOCKS 2048
 
+_Static_assert(CK_PSTEP_SYNC == SIZES_CUDA_PSTEP_SYNC, "memory/sizes.h");
 _Static_assert(sizeof(ck_pstep_op) <= SIZES_CUDA_PSTEP_OP && CK_PSTEP_ROWS == SIZES_CUDA_PSTEP_ROWS,
                "memory/sizes.h must know the persistent step's op size and rows");
 
@@ -101,12 +102,19 @@ typedef struct {
     /* step metadata: pinned host mirror and device copy, fixed offsets */
     int32_t *h_meta, *d_meta;
     size_t meta_ints;
-    size_t o_tok, o_pos, o_slot, o_seq, o_out, o_dec, o_trow, o_tn, o_bt;
+    size_t o_tok, o_pos, o_slot, o_seq, o_out, o_dec, o_trow, o_tn, o_bt, o_chain;
     /* sampling parameters and ids: pinned host memory mapped into the
      * device's address space (d_: the device's pointer to the same bytes) */
     ck_sample_params *h_sp, *d_sp;
-    int32_t *h_tok, *d_tok;
+    int32_t *h_tok, *d_tok; /* (max_out + 2): + the two ids of chained steps */
     void *sample_work;
+    /* deferred steps (hr_step.defer), oldest first: the event after each
+     * and its chain count (which of the two chained ids is its) */
+    cudaEvent_t fly_ev[2];
+    int32_t fly_count[2];
+    int n_fly, fly_head;
+    int32_t chain_count; /* the current step's: 0, or the chained step's before + 1 */
+    bool defer, chained, greedy;
     /* the current step */
     int32_t n_rows, n_out, n_dec, n_tiles, tile_rows;
     bool decode_only, capturing, replaying;
@@ -137,6 +145,7 @@ typedef struct {
     } pending_norm;
     int64_t n_pstep_steps;
     int pstep_max_k; /* the widest K of the step's GEMVs */
+    int64_t pstep_logit_rows; /* logits rows the recorded program ranks (greedy steps) */
     /* HEADROOM_CUDA_PSTEP_TRACE: per-op timestamps of every step (a
      * diagnostic allocation outside the plan), summed by op kind */
     uint64_t *d_trace, *h_trace;
@@ -293,7 +302,7 @@ static void cuda_free_backend(hr_backend *b) {
     if (c->d_trace)
         cudaFree(c->d_trace);
     if (c->graphs)
-        for (int32_t i = 0; i < 2 * (c->kv.max_rows + 2); i++)
+        for (int32_t i = 0; i < 3 * (c->kv.max_rows + 2); i++)
             if (c->graphs[i])
                 cudaGraphExecDestroy(c->graphs[i]);
     hr_free(c->graphs);
@@ -311,6 +320,8 @@ static void cuda_free_backend(hr_backend *b) {
             cudaFreeHost(c->stage[i]);
         if (c->stage_done[i])
             cudaEventDestroy(c->stage_done[i]);
+        if (c->fly_ev[i])
+            cudaEventDestroy(c->fly_ev[i]);
     }
     if (c->h_meta)
         cudaFreeHost(c->h_meta);
@@ -525,12 +536,12 @@ static bool pstep_eligible(const cuda_backend *c, const hr_model_info *in) {
 static hr_status pstep_alloc(cuda_backend *c, hr_error *err) {
     const hr_model_info *in = c->base.info;
     c->cap_prog = (int32_t)sizes_cuda_pstep_ops(in);
-    const size_t counters = (size_t)(1 + in->n_head) * sizeof(unsigned);
+    const size_t counters = (size_t)(CK_PSTEP_SYNC + in->n_head) * sizeof(unsigned);
     HR_TRY(dev_alloc(c, (size_t)c->cap_prog * SIZES_CUDA_PSTEP_OP, MEM_WORK, "persistent step",
                      (void **)&c->d_prog, err));
     HR_TRY(dev_alloc(c, counters, MEM_WORK, "persistent step", (void **)&c->d_psync, err));
     HR_CUDA_TRY(cudaMemset(c->d_psync, 0, counters));
-    c->d_arrived = (int32_t *)(c->d_psync + 1);
+    c->d_arrived = (int32_t *)(c->d_psync + CK_PSTEP_SYNC);
     c->prog = hr_calloc((size_t)c->cap_prog, sizeof *c->prog);
     HR_TRY(own_host(c, c->prog, err));
     c->prog_uploaded = hr_calloc((size_t)c->cap_prog, sizeof *c->prog_uploaded);
@@ -596,7 +607,8 @@ static hr_status cuda_kv_alloc(hr_backend *b, const be_config *cfg, hr_error *er
     c->o_trow = c->o_dec + B;
     c->o_tn = c->o_trow + B;
     c->o_bt = c->o_tn + B;
-    c->meta_ints = c->o_bt + (size_t)cfg->n_seq_max * (size_t)cfg->max_blocks_per_seq;
+    c->o_chain = c->o_bt + (size_t)cfg->n_seq_max * (size_t)cfg->max_blocks_per_seq;
+    c->meta_ints = c->o_chain + 1;
     HR_ASSERT(c->meta_ints == sizes_cuda_meta_ints(cfg));
     HR_CUDA_TRY(cudaMallocHost((void **)&c->h_meta, c->meta_ints * sizeof(int32_t)));
     HR_TRY(dev_alloc(c, c->meta_ints * sizeof(int32_t), MEM_WORK, "step metadata",
@@ -606,15 +618,17 @@ static hr_status cuda_kv_alloc(hr_backend *b, const be_config *cfg, hr_error *er
      * sampling 16.6 -> 10.1 us a token with graphs off, H200, 2026-12-01) */
     HR_CUDA_TRY(cudaHostAlloc((void **)&c->h_sp, (size_t)cfg->max_out * sizeof *c->h_sp,
                               cudaHostAllocMapped));
-    HR_CUDA_TRY(cudaHostAlloc((void **)&c->h_tok, (size_t)cfg->max_out * sizeof(int32_t),
+    HR_CUDA_TRY(cudaHostAlloc((void **)&c->h_tok, (size_t)(cfg->max_out + 2) * sizeof(int32_t),
                               cudaHostAllocMapped));
     HR_CUDA_TRY(cudaHostGetDevicePointer((void **)&c->d_sp, c->h_sp, 0));
     HR_CUDA_TRY(cudaHostGetDevicePointer((void **)&c->d_tok, c->h_tok, 0));
     size_t sample_work = ck_sample_work_bytes(cfg->max_out, in->n_vocab);
     if (sample_work > 0)
         HR_TRY(dev_alloc(c, sample_work, MEM_WORK, "sampling", &c->sample_work, err));
-    /* keys 2 B + sampling; 2 (max_rows + 1) + sampling: the persistent step */
-    size_t n_graphs = 2 * ((size_t)cfg->max_rows + 2);
+    /* deferred and chained steps, except while the steps' ops are timed */
+    c->base.chains = !c->prof && !c->d_trace;
+    /* keys (cuda_begin_step): 3 B + mode, 3 (max_rows + 1) + mode the persistent step */
+    size_t n_graphs = 3 * ((size_t)cfg->max_rows + 2);
     c->graphs = hr_calloc(n_graphs, sizeof *c->graphs);
     c->graph_state = hr_calloc(n_graphs, 1);
     if (!c->graphs || !c->graph_state)
@@ -640,12 +654,30 @@ static hr_status cuda_begin_step(hr_backend *b, const hr_step *s, hr_error *err)
     c->step_status = HR_OK;
     c->n_rows = s->n_rows;
     c->n_out = s->n_out;
-    int32_t *m = c->h_meta;
+    if ((s->defer || s->chained) && !b->chains)
+        return hr_err_set(err, HR_ERR_UNSUPPORTED, "cuda: deferred steps are off (profiling)");
+    const bool one_row = s->n_rows == 1 && s->n_out == 1 && s->n_seg == 1 &&
+                         s->segs[0].n == 1 && s->out_rows[0] == 0 && s->device_sample;
+    if ((s->defer || s->chained) && !one_row)
+        return hr_err_set(err, HR_ERR_INVALID, "cuda: a deferred or chained step must be one "
+                                               "decode row sampled on the device");
+    if (s->chained ? !s->defer || c->n_fly != 1 : c->n_fly > 0)
+        return hr_err_set(err, HR_ERR_INVALID, "cuda: %s step with %d deferred steps queued",
+                          s->chained ? "a chained" : "an unchained", c->n_fly);
+    c->defer = s->defer;
+    c->chained = s->chained;
+    c->greedy = s->device_sample && s->greedy;
+    /* a chained step's metadata is made on the device by the step before
+     * (ck_chain): the host writes none, and the copy before may still be
+     * queued */
+    int32_t *m = c->chained ? NULL : c->h_meta;
     const size_t B = (size_t)s->n_rows;
-    memcpy(m + c->o_tok, s->tokens, B * sizeof(int32_t));
-    memcpy(m + c->o_pos, s->pos, B * sizeof(int32_t));
-    memcpy(m + c->o_slot, s->slot, B * sizeof(int32_t));
-    memcpy(m + c->o_out, s->out_rows, (size_t)s->n_out * sizeof(int32_t));
+    if (m) {
+        memcpy(m + c->o_tok, s->tokens, B * sizeof(int32_t));
+        memcpy(m + c->o_pos, s->pos, B * sizeof(int32_t));
+        memcpy(m + c->o_slot, s->slot, B * sizeof(int32_t));
+        memcpy(m + c->o_out, s->out_rows, (size_t)s->n_out * sizeof(int32_t));
+    }
     c->n_dec = c->n_tiles = 0;
     c->decode_only = s->n_out == s->n_rows;
     /* one tile size for the step's prefill segments, from the longest (the
@@ -658,25 +690,33 @@ static hr_status cuda_begin_step(hr_backend *b, const hr_step *s, hr_error *err)
     c->tile_rows = tile;
     for (int32_t i = 0; i < s->n_seg; i++) {
         const step_segment *g = &s->segs[i];
-        for (int32_t r = 0; r < g->n; r++)
+        for (int32_t r = 0; r < g->n && m; r++)
             m[c->o_seq + (size_t)(g->row0 + r)] = g->seq;
         if (g->n == 1) {
-            m[c->o_dec + (size_t)c->n_dec++] = g->row0;
+            if (m)
+                m[c->o_dec + (size_t)c->n_dec] = g->row0;
+            c->n_dec++;
         } else {
             c->decode_only = false;
             for (int32_t r = 0; r < g->n; r += tile) {
-                m[c->o_trow + (size_t)c->n_tiles] = g->row0 + r;
-                m[c->o_tn + (size_t)c->n_tiles] = g->n - r < tile ? g->n - r : tile;
+                if (m) {
+                    m[c->o_trow + (size_t)c->n_tiles] = g->row0 + r;
+                    m[c->o_tn + (size_t)c->n_tiles] = g->n - r < tile ? g->n - r : tile;
+                }
                 c->n_tiles++;
             }
         }
     }
     for (int32_t i = 0; i < s->n_out && c->decode_only; i++)
         c->decode_only = s->out_rows[i] == i;
-    const size_t tables = (size_t)c->kv.n_seq_max * (size_t)c->kv.max_blocks_per_seq;
-    memcpy(m + c->o_bt, s->block_tables, tables * sizeof(int32_t));
-    HR_CUDA_TRY(cudaMemcpyAsync(c->d_meta, c->h_meta, c->meta_ints * sizeof(int32_t),
-                                cudaMemcpyHostToDevice, c->stream));
+    c->chain_count = c->chained ? c->chain_count + 1 : 0;
+    if (m) {
+        const size_t tables = (size_t)c->kv.n_seq_max * (size_t)c->kv.max_blocks_per_seq;
+        memcpy(m + c->o_bt, s->block_tables, tables * sizeof(int32_t));
+        m[c->o_chain] = 0;
+        HR_CUDA_TRY(cudaMemcpyAsync(c->d_meta, c->h_meta, c->meta_ints * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice, c->stream));
+    }
 
     /* a decode step of B rows: eager the first time, captured the second
      * (after the metadata copy above, which stays outside the graph),
@@ -684,13 +724,16 @@ static hr_status cuda_begin_step(hr_backend *b, const hr_step *s, hr_error *err)
     c->pstep = c->pstep_ok && c->decode_only && s->n_rows == 1 && s->n_out == 1 &&
                s->pos[0] < CUDA_PSTEP_MAX_CTX;
     c->n_prog = 0;
+    c->pstep_logit_rows = 0;
     c->pending_norm.on = false;
     c->pending_rope.qkv = NULL;
     c->capturing = c->replaying = false;
     c->graph_key = -1;
+    /* keys 3 B + m: m 0 logits to the host, 1 sampled on the device, 2 a
+     * greedy persistent step (its argmax folded in: no sampling kernel) */
     if (!c->p.no_graphs && c->decode_only && s->n_rows > 0)
-        c->graph_key = 2 * (c->pstep ? c->kv.max_rows + 1 : s->n_rows) +
-                       (s->device_sample && s->n_out > 0);
+        c->graph_key = 3 * (c->pstep ? c->kv.max_rows + 1 : s->n_rows) +
+                       (s->device_sample && s->n_out > 0 ? (c->pstep && c->greedy ? 2 : 1) : 0);
     if (c->graph_key >= 0 && c->graph_state[c->graph_key] == 2) {
         c->replaying = true;
     } else if (c->graph_key >= 0 && c->graph_state[c->graph_key] == 1 &&
@@ -761,9 +804,25 @@ static ck_pstep_op *pstep_add(cuda_backend *c, ckp_kind kind) {
     return pstep_push(c, kind);
 }
 
+/* The step metadata's row 0 as the next step's, once the row's token is
+ * drawn (ck_chain: a chained step finds it there). */
+static ck_chain chain_of(cuda_backend *c) {
+    return (ck_chain){.tok = c->d_meta + c->o_tok,
+                      .pos = c->d_meta + c->o_pos,
+                      .slot = c->d_meta + c->o_slot,
+                      .seq = c->d_meta + c->o_seq,
+                      .block_tables = c->d_meta + c->o_bt,
+                      .count = c->d_meta + c->o_chain,
+                      .host_tok = c->d_tok + c->kv.max_out,
+                      .max_blocks = c->kv.max_blocks_per_seq,
+                      .block_size = c->kv.block_size};
+}
+
 /* Uploads the recorded program if it is not what the device holds (only
- * outside a capture: the eager run before it uploads), then runs it. */
-static void pstep_run(cuda_backend *c) {
+ * outside a capture: the eager run before it uploads; on the stream, after
+ * the steps queued before), then runs it. greedy: the step's argmax folded
+ * in (ck_pstep_run). */
+static void pstep_run(cuda_backend *c, const ck_chain *greedy) {
     pstep_flush_norm(c);
     const size_t bytes = (size_t)c->n_prog * sizeof *c->prog;
     if (c->n_prog != c->n_uploaded || memcmp(c->prog, c->prog_uploaded, bytes) != 0) {
@@ -772,7 +831,9 @@ static void pstep_run(cuda_backend *c) {
                                         "cuda: the persistent step changed after its eager run");
             return;
         }
-        cudaError_t e = cudaMemcpy(c->d_prog, c->prog, bytes, cudaMemcpyHostToDevice);
+        /* from pageable memory: staged before the call returns */
+        cudaError_t e = cudaMemcpyAsync(c->d_prog, c->prog, bytes, cudaMemcpyHostToDevice,
+                                        c->stream);
         if (e != cudaSuccess) {
             c->step_status = hr_err_set(&c->step_err, HR_ERR_DEVICE, "cuda: persistent step: %s",
                                         cudaGetErrorString(e));
@@ -783,7 +844,7 @@ static void pstep_run(cuda_backend *c) {
     }
     mark(c, "persistent step", 0, 0);
     ck_pstep_run(c->stream, c->d_prog, c->n_prog, c->pstep_max_k, c->d_psync, c->dt,
-                 c->base.info->head_dim, c->d_trace);
+                 c->base.info->head_dim, c->d_trace, c->d_tok, greedy);
     op_error(c, "persistent step");
 }
 
@@ -850,6 +911,12 @@ static void pstep_gemv(cuda_backend *c, be_tensor *y, const be_tensor *x, const 
         op->gemv.y_ck = y->narrow;
         op->gemv.N = (int32_t)(w->n_rows - r0 < piece ? w->n_rows - r0 : piece);
         op->gemv.K = (int32_t)w->k;
+        /* the lm head (f32 rows, no bias): a greedy step ranks them */
+        if (!y->narrow && !w->bias && w->n_rows == c->base.info->n_vocab &&
+            y->cols == w->n_rows) {
+            op->gemv.logits = (int32_t)(r0 + 1);
+            c->pstep_logit_rows += op->gemv.N;
+        }
     }
 }
 
@@ -1098,8 +1165,10 @@ static void cuda_gather_rows(hr_backend *b, be_tensor *y, const be_tensor *x) {
  * ones; the ids land in host memory, seen once the stream is synchronised). */
 static void enqueue_sampling(cuda_backend *c, const be_tensor *logits) {
     mark(c, "sample", 0, 0);
+    /* a step of one row readies the next for a chained step (ck_chain) */
+    const ck_chain chain = chain_of(c);
     ck_sample(c->stream, c->d_tok, logits->data, logits->ld, c->n_out, (int)logits->cols,
-              c->d_sp, c->sample_work);
+              c->d_sp, c->sample_work, c->n_rows == 1 && c->n_out == 1 ? &chain : NULL);
     op_error(c, "sample");
 }
 
@@ -1107,23 +1176,35 @@ static hr_status cuda_end_step(hr_backend *b, const be_tensor *logits, float *ho
                                const be_sample *samples, int32_t *host_tokens, hr_error *err) {
     cuda_backend *c = (cuda_backend *)b;
     bool sample = samples != NULL && c->n_out > 0;
-    for (int32_t i = 0; sample && i < c->n_out; i++)
+    /* a chained step's parameters are the step before's, which may not have
+     * read them yet (its draw is offset by the chain count instead) */
+    for (int32_t i = 0; sample && !c->chained && i < c->n_out; i++)
         c->h_sp[i] = (ck_sample_params){.temperature = samples[i].temperature,
                                         .top_k = samples[i].top_k,
                                         .top_p = samples[i].top_p,
                                         .min_p = samples[i].min_p,
                                         .seed = samples[i].seed,
                                         .step = samples[i].step};
-    if (c->graph_key >= 0 && sample != (bool)(c->graph_key & 1) && c->step_status == HR_OK)
+    if (c->graph_key >= 0 && sample != (c->graph_key % 3 != 0) && c->step_status == HR_OK)
         c->step_status = hr_err_set(&c->step_err, HR_ERR_INVALID,
                                     "cuda: end_step %s samples, begin_step said %s",
                                     sample ? "with" : "without", sample ? "no" : "yes");
+    for (int32_t i = 0; sample && c->greedy && i < c->n_out && c->step_status == HR_OK; i++)
+        if (samples[i].temperature > 0.0f && samples[i].top_k != 1)
+            c->step_status = hr_err_set(&c->step_err, HR_ERR_INVALID,
+                                        "cuda: a greedy step with temperature %g",
+                                        (double)samples[i].temperature);
+    /* a greedy persistent step draws its token itself when it ranks every
+     * logit (an lm head with a bias is not ranked) */
+    const bool fold = sample && c->greedy && c->pstep && c->n_out == 1 &&
+                      c->pstep_logit_rows == c->base.info->n_vocab;
+    const ck_chain chain = chain_of(c);
     if (c->step_status == HR_OK && !c->replaying && c->pstep)
-        pstep_run(c);
+        pstep_run(c, fold ? &chain : NULL);
     if (c->step_status == HR_OK && c->pstep)
         c->n_pstep_steps++;
     const bool traced = c->step_status == HR_OK && c->pstep;
-    if (c->step_status == HR_OK && !c->replaying && sample)
+    if (c->step_status == HR_OK && !c->replaying && sample && !fold)
         enqueue_sampling(c, logits);
     if (c->capturing && c->step_status != HR_OK) {
         cudaGraph_t g = NULL;
@@ -1154,6 +1235,22 @@ static hr_status cuda_end_step(hr_backend *b, const be_tensor *logits, float *ho
     } else if (c->graph_key >= 0 && c->graph_state[c->graph_key] == 0) {
         c->graph_state[c->graph_key] = 1; /* eager once; captured next time */
     }
+    if (c->defer) { /* queued: cuda_wait_step gives the id */
+        c->replaying = false;
+        if (c->step_status == HR_OK && !sample)
+            c->step_status = hr_err_set(&c->step_err, HR_ERR_INVALID,
+                                        "cuda: a deferred step without samples");
+        if (c->step_status != HR_OK) {
+            if (err)
+                *err = c->step_err;
+            return c->step_status;
+        }
+        const int i = (c->fly_head + c->n_fly) % 2;
+        HR_CUDA_TRY(cudaEventRecord(c->fly_ev[i], c->stream));
+        c->fly_count[i] = c->chain_count;
+        c->n_fly++;
+        return HR_OK;
+    }
     if (c->step_status == HR_OK && !sample && host_logits && c->n_out > 0)
         HR_CUDA_TRY(cudaMemcpy2DAsync(host_logits, (size_t)logits->cols * sizeof(float),
                                       logits->data, (size_t)logits->ld * sizeof(float),
@@ -1173,6 +1270,22 @@ static hr_status cuda_end_step(hr_backend *b, const be_tensor *logits, float *ho
     HR_CUDA_TRY(cudaGetLastError());
     if (sample)
         memcpy(host_tokens, c->h_tok, (size_t)c->n_out * sizeof(int32_t));
+    return HR_OK;
+}
+
+static hr_status cuda_wait_step(hr_backend *b, int32_t *host_tokens, hr_error *err) {
+    cuda_backend *c = (cuda_backend *)b;
+    if (c->n_fly == 0)
+        return hr_err_set(err, HR_ERR_INVALID, "cuda: wait_step with no deferred step");
+    const int i = c->fly_head;
+    c->fly_head = (i + 1) % 2;
+    c->n_fly--;
+    HR_CUDA_TRY(cudaEventSynchronize(c->fly_ev[i]));
+    HR_CUDA_TRY(cudaGetLastError());
+    /* the chained ids alternate between two slots: the step after this one
+     * writes the other, and the one after that is queued only once this
+     * returns */
+    host_tokens[0] = c->h_tok[c->kv.max_out + (c->fly_count[i] & 1)];
     return HR_OK;
 }
 
@@ -1268,6 +1381,7 @@ static const hr_backend_ops cuda_ops = {
     .swiglu = cuda_swiglu,
     .gather_rows = cuda_gather_rows,
     .end_step = cuda_end_step,
+    .wait_step = cuda_wait_step,
     .can_sample = true,
     .memory = cuda_held,
     .write_tensor = cuda_write_tensor,
@@ -1300,6 +1414,8 @@ hr_status backend_cuda_create(const hr_model_info *info, const be_params *p, hr_
         e = cudaMallocHost(&c->stage[i], STAGE_BYTES);
         if (e == cudaSuccess)
             e = cudaEventCreateWithFlags(&c->stage_done[i], cudaEventDisableTiming);
+        if (e == cudaSuccess)
+            e = cudaEventCreateWithFlags(&c->fly_ev[i], cudaEventDisableTiming);
     }
     if (e != cudaSuccess) {
         s = hr_err_set(err, HR_ERR_DEVICE, "cuda: device %d: %s", p->device_index,

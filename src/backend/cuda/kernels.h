@@ -190,6 +190,8 @@ typedef struct {
     int32_t y_ck, N, K;
     int32_t pair;        /* if set (F, N = 2F): y (F) ck = silu(row i) * row F + i,
                             the rows rounded to ck first if y_ck (SwiGLU) */
+    int32_t logits;      /* 1 + the vocabulary id of row 0 when y (f32) is logits: a
+                            greedy step ranks them (ck_pstep_run); 0 otherwise */
 } ck_pstep_gemv;
 
 /* One op; pointers are device addresses, fixed for the backend's life (the
@@ -248,12 +250,32 @@ int ck_pstep_supported(ck_dtype dt, int dh, int max_k);
 /* blocks of the kernel (one per SM) */
 int ck_pstep_blocks(void);
 
-/* Runs ops[0 .. n_op) (device memory) as one kernel. sync: one counter,
- * zeroed here before the kernel (on the stream). trace: NULL, or 3 n_op
- * timestamps (ns) per op i, zeroed once by the caller: block 0 done, the
- * last block arrived at the barrier (a running max), block 0 past it. */
+/* A decode step of one row feeding the next on the device ("chained"
+ * steps: the host queues step t + 1 before step t's id is known). Once the
+ * id is drawn, the sampler makes the step's metadata that of the next step
+ * (token = the id, pos + 1, the slot of pos + 1 in the row's block table)
+ * and counts the step. The count also offsets params[0].step (the host does
+ * not rewrite a chained step's parameters while the step before may still
+ * read them) and picks where the id lands for the host. */
+typedef struct {
+    int32_t *tok, *pos, *slot;          /* row 0's entries of the step's metadata */
+    const int32_t *seq, *block_tables;  /* row 0's sequence; (n_seq_max, max_blocks) */
+    int32_t *count;                     /* steps since the host last wrote the metadata */
+    int32_t *host_tok;                  /* (2) mapped: a step counted c writes [c & 1] */
+    int32_t max_blocks, block_size;
+} ck_chain;
+
+/* Runs ops[0 .. n_op) (device memory) as one kernel. sync: CK_PSTEP_SYNC
+ * counters, zero before the first launch (each launch leaves them zero).
+ * trace: NULL, or 3 n_op timestamps (ns) per op i, zeroed once by the
+ * caller: block 0 done, the last block arrived at the barrier (a running
+ * max), block 0 past it. greedy: NULL, or the step's one row samples
+ * greedily: the logits GEMVs rank their rows as they write them and the
+ * last block to finish emits the argmax as ck_sample would (tokens[0], and
+ * the chain's advance when greedy->tok is set), so no sampling kernel runs. */
+#define CK_PSTEP_SYNC 4
 void ck_pstep_run(cudaStream_t s, const ck_pstep_op *ops, int n_op, int max_k, unsigned *sync,
-                  ck_dtype dt, int dh, uint64_t *trace);
+                  ck_dtype dt, int dh, uint64_t *trace, int32_t *tokens, const ck_chain *greedy);
 
 /* ---- sampling (sample.cu) */
 
@@ -270,9 +292,10 @@ typedef struct {
  * (temperature, then top-k, top-p, min-p, as the CPU sampler orders them).
  * work: ck_sample_work_bytes(n, V) bytes. Logits are not modified. tokens
  * and params may be mapped pinned host memory (the backend's: a block reads
- * its params once and writes one id). */
+ * its params once and writes one id). chain: NULL, or (n == 1) the step
+ * advance above. */
 void ck_sample(cudaStream_t s, int32_t *tokens, const float *logits, int64_t ld, int n, int V,
-               const ck_sample_params *params, void *work);
+               const ck_sample_params *params, void *work, const ck_chain *chain);
 size_t ck_sample_work_bytes(int n, int V);
 
 #ifdef __cplusplus

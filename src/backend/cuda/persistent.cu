@@ -728,11 +728,38 @@ __device__ __forceinline__ void start_row(int row, int &cur, float c[8], float *
         c[e] = 0.0f;
 }
 
+/* A greedy step's logits rows (f32, no residual) written and ranked: the
+ * block's largest ck_rank_key into *rank (an atomic max over the blocks).
+ * Every consumer thread; v is meaningful for tid < n_run. */
+__device__ __noinline__ void rank_rows(float *y, int row0, int id0, int n_run, float v,
+                                       unsigned long long *rank) {
+    __shared__ unsigned long long warp_key[kWarps];
+    const int tid = threadIdx.x, lane = tid & 31;
+    unsigned long long key = 0;
+    if (tid < n_run) {
+        y[row0 + tid] = v;
+        key = ck_rank_key(v, id0 + row0 + tid);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const unsigned long long k = __shfl_xor_sync(0xffffffffu, key, o);
+        key = k > key ? k : key;
+    }
+    if (lane == 0)
+        warp_key[tid >> 5] = key;
+    consumers_sync();
+    if (tid == 0) {
+        for (int w = 1; w < kWarps; w++)
+            key = warp_key[w] > key ? warp_key[w] : key;
+        atomicMax(rank, key);
+    }
+}
+
 template <class T>
 __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, int n_stages,
                                         uint16_t *xs, float *acc, uint64_t *full, uint64_t *empty,
                                         int &piece, float *scratch, uint64_t *tl,
-                                        uint64_t *tl_op) {
+                                        uint64_t *tl_op, unsigned long long *rank) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int K = op.gemv.K, pair = op.gemv.pair, n_runs = pair ? 2 : 1;
     const int2 rows = block_rows(pair ? pair : op.gemv.N);
@@ -852,6 +879,15 @@ __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ri
     }
     start_row(-1, cur, part, my_acc, lane); /* the last row's sum */
     consumers_sync();
+    if (rank && op.gemv.logits) { /* f32 rows, no bias, no residual (the backend's logits) */
+        float v = 0.0f;
+        if (tid < n_run)
+#pragma unroll
+            for (int w = 0; w < kWarps; w++)
+                v += acc[w * n_rows + tid];
+        rank_rows(static_cast<float *>(op.gemv.y), rows.x, op.gemv.logits - 1, n_run, v, rank);
+        return;
+    }
     if (tid >= n_run)
         return;
     const int row = rows.x + tid;
@@ -1249,7 +1285,8 @@ template <class T> __device__ void gather_op(const ck_pstep_op &op) {
 template <class T, int EPL>
 __global__ void __launch_bounds__(kThreads, 1)
     pstep_kernel(const ck_pstep_op *__restrict__ prog, int n_op, int x_bytes, int n_stages,
-                 unsigned *sync, uint64_t *trace, uint64_t *tl) {
+                 unsigned *sync, uint64_t *trace, uint64_t *tl, int32_t *tokens,
+                 ck_chain chain) {
     extern __shared__ __align__(128) uint8_t smem[];
     if (kTimeline && tl)
         tl += (int64_t)blockIdx.x * kTlStride;
@@ -1298,7 +1335,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (i + 1 < n_op && prog[i + 1].kind == CKP_ATTN)
                 attn_prefetch<32 * EPL>(prog[i + 1]);
             grid_wait(before());
-            gemv_op<T>(op, ring, n_stages, xs, acc, full, empty, piece, scratch, tl, tl_op);
+            gemv_op<T>(op, ring, n_stages, xs, acc, full, empty, piece, scratch, tl, tl_op,
+                       tokens ? reinterpret_cast<unsigned long long *>(sync + 2) : nullptr);
             break;
         }
         case CKP_ATTN: /* it waits itself, after the loads it can make before */
@@ -1311,6 +1349,21 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         if (i + 1 < n_op)
             grid_arrive(sync, trace ? trace + 3 * i : nullptr, tl_op, &arrived, i);
+    }
+    /* The last block out: a greedy step's token (every block's rank is in:
+     * each ranked before it counted itself out), and the counters zeroed for
+     * the next launch (every block is past its last barrier wait). */
+    if (threadIdx.x == 0) {
+        __threadfence();
+        if (atomicAdd(sync + 1, 1u) == gridDim.x - 1) {
+            __threadfence();
+            auto *rank = reinterpret_cast<unsigned long long *>(sync + 2);
+            const unsigned long long key = atomicExch(rank, 0ull);
+            if (tokens)
+                ck_chain_emit(tokens, ck_rank_id(key), chain, chain.tok ? *chain.count : 0);
+            sync[0] = 0;
+            sync[1] = 0;
+        }
     }
 }
 
@@ -1397,7 +1450,7 @@ void timeline_write(cudaStream_t s, const ck_pstep_op *ops, int n_op, int blocks
 
 template <class T, int EPL>
 void pstep_launch(cudaStream_t s, const ck_pstep_op *ops, int n_op, int max_k, unsigned *sync,
-                  uint64_t *trace) {
+                  uint64_t *trace, int32_t *tokens, const ck_chain *greedy) {
     auto kernel = pstep_kernel<T, EPL>;
     const pstep_layout L = layout_for(max_k, 32 * EPL);
     (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L.smem);
@@ -1414,7 +1467,9 @@ void pstep_launch(cudaStream_t s, const ck_pstep_op *ops, int n_op, int max_k, u
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
     uint64_t *tl = timeline_begin(s, (int)cfg.gridDim.x);
-    (void)cudaLaunchKernelEx(&cfg, kernel, ops, n_op, L.x_bytes, L.n_stages, sync, trace, tl);
+    const ck_chain chain = greedy ? *greedy : ck_chain{};
+    (void)cudaLaunchKernelEx(&cfg, kernel, ops, n_op, L.x_bytes, L.n_stages, sync, trace, tl,
+                             greedy ? tokens : nullptr, chain);
     if (tl)
         timeline_write(s, ops, n_op, (int)cfg.gridDim.x, L.n_stages);
 }
@@ -1457,12 +1512,12 @@ extern "C" int ck_pstep_blocks(void) {
 }
 
 extern "C" void ck_pstep_run(cudaStream_t s, const ck_pstep_op *ops, int n_op, int max_k,
-                             unsigned *sync, ck_dtype dt, int dh, uint64_t *trace) {
+                             unsigned *sync, ck_dtype dt, int dh, uint64_t *trace,
+                             int32_t *tokens, const ck_chain *greedy) {
     if (n_op <= 0)
         return;
-    (void)cudaMemsetAsync(sync, 0, sizeof *sync, s);
     if (dh == 64)
-        CK_DISPATCH(dt, pstep_launch<T, 2>(s, ops, n_op, max_k, sync, trace));
+        CK_DISPATCH(dt, pstep_launch<T, 2>(s, ops, n_op, max_k, sync, trace, tokens, greedy));
     else
-        CK_DISPATCH(dt, pstep_launch<T, 4>(s, ops, n_op, max_k, sync, trace));
+        CK_DISPATCH(dt, pstep_launch<T, 4>(s, ops, n_op, max_k, sync, trace, tokens, greedy));
 }

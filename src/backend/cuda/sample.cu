@@ -48,7 +48,7 @@
  * draw is floor(h * M / 2^64) within the kept mass M. The row index is not
  * mixed in, so a request's draws do not depend on its slot in the batch.
  */
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/common.cuh"
 
 #include <math.h>
 #include <stdint.h>
@@ -615,11 +615,20 @@ __device__ int draw_pass(Smem &sm, const Row &r, u64 theta, u64 h) {
     return sm.token >= 0 ? sm.token : r.amax;
 }
 
+/* thread 0, once the row's id is known (with a chain, n == 1) */
+__device__ void emit(int32_t *tokens, int token, const ck_chain &ch, int count) {
+    if (ch.tok)
+        ck_chain_emit(tokens, token, ch, count);
+    else
+        tokens[blockIdx.x] = token;
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
     sample_kernel(int32_t *__restrict__ tokens, const float *__restrict__ logits, int64_t ld, int V,
-                  const ck_sample_params *__restrict__ params) {
+                  const ck_sample_params *__restrict__ params, ck_chain ch) {
     __shared__ Smem sm;
     const ck_sample_params p = params[blockIdx.x];
+    const int count = ch.tok ? *ch.count : 0;
     Row r;
     r.l = logits + (int64_t)blockIdx.x * ld;
     r.V = V;
@@ -628,14 +637,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     /* NaN temperature is greedy too */
     if (!(p.temperature > 0.0f) || p.top_k == 1 || !isfinite(r.lmax)) {
         if (threadIdx.x == 0)
-            tokens[blockIdx.x] = r.amax;
+            emit(tokens, r.amax, ch, count);
         return;
     }
     r.c = (float)(1.4426950408889634 / (double)p.temperature);
     if (!isfinite(r.c)) {
         /* T below ~1e-38: every token but the best has probability 0 */
         if (threadIdx.x == 0)
-            tokens[blockIdx.x] = r.amax;
+            emit(tokens, r.amax, ch, count);
         return;
     }
     /* bins cover the live range of d: x = d c <= 40 */
@@ -670,23 +679,26 @@ __global__ void __launch_bounds__(kThreads, 1)
                 sel = sp;
         }
     }
-    const u64 h = mix64(mix64(p.seed ^ 0x6a09e667f3bcc909ull) + p.step * 0x9e3779b97f4a7c15ull);
+    const u64 step = p.step + (u64)count;
+    const u64 h = mix64(mix64(p.seed ^ 0x6a09e667f3bcc909ull) + step * 0x9e3779b97f4a7c15ull);
     int token;
     if (sel.cut && sel.n_sorted > 0 && sel.j >= 0)
         token = draw_sorted(sm, r, sel.j + 1, h);
     else
         token = draw_pass(sm, r, sel.cut ? sel.theta : 0ull, h);
     if (threadIdx.x == 0)
-        tokens[blockIdx.x] = token;
+        emit(tokens, token, ch, count);
 }
 
 } // namespace
 
 extern "C" void ck_sample(cudaStream_t s, int32_t *tokens, const float *logits, int64_t ld, int n,
-                          int V, const ck_sample_params *params, void *work) {
+                          int V, const ck_sample_params *params, void *work,
+                          const ck_chain *chain) {
     (void)work; /* everything lives in shared memory (see ck_sample_work_bytes) */
     if (n <= 0 || V <= 0)
         return;
-    sample_kernel<<<(unsigned)n, kThreads, 0, s>>>(tokens, logits, ld, V, params);
+    const ck_chain ch = chain && n == 1 ? *chain : ck_chain{};
+    sample_kernel<<<(unsigned)n, kThreads, 0, s>>>(tokens, logits, ld, V, params, ch);
 }
 
