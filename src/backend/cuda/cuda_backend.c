@@ -142,6 +142,7 @@ typedef struct {
         void *y;
         float eps;
         int32_t D;
+        void *gather_y; /* a gather of y's one row to here came after it */
     } pending_norm;
     int64_t n_pstep_steps;
     int pstep_max_k; /* the widest K of the step's GEMVs */
@@ -766,6 +767,8 @@ static void op_error(cuda_backend *c, const char *op) {
                                     cudaGetErrorString(e));
 }
 
+static const int32_t *meta(const cuda_backend *c, size_t off) { return c->d_meta + off; }
+
 /* ---------------------------------------------------------------- persistent step ops */
 
 /* The next op of the program, zeroed (programs are compared bytewise). */
@@ -796,6 +799,16 @@ static void pstep_flush_norm(cuda_backend *c) {
     op->norm.y = c->pending_norm.y;
     op->norm.eps = c->pending_norm.eps;
     op->norm.D = c->pending_norm.D;
+    if (c->pending_norm.gather_y) {
+        ck_pstep_op *g = pstep_push(c, CKP_GATHER);
+        if (!g)
+            return;
+        g->gather.x = c->pending_norm.y;
+        g->gather.row = meta(c, c->o_out);
+        g->gather.y = c->pending_norm.gather_y;
+        g->gather.D = c->pending_norm.D;
+        g->gather.ldx = c->pending_norm.D;
+    }
 }
 
 /* The next op, after any pending norm (the ops that are not GEMVs). */
@@ -885,13 +898,16 @@ static void pstep_norm(cuda_backend *c, const be_tensor *x, const be_tensor *dx,
     c->pending_norm.y = y->data;
     c->pending_norm.eps = eps;
     c->pending_norm.D = (int32_t)x->cols;
+    c->pending_norm.gather_y = NULL;
 }
 
 /* y = x . W^T, in pieces of at most CK_PSTEP_ROWS rows a block */
 static void pstep_gemv(cuda_backend *c, be_tensor *y, const be_tensor *x, const be_weight *w) {
     const int64_t piece = (int64_t)CK_PSTEP_ROWS * ck_pstep_blocks();
     const size_t y_elem = y->narrow ? 2 : 4;
-    const bool take_norm = c->pending_norm.on && c->pending_norm.y == x->data;
+    /* the norm's output, or the gather of its one row (the lm head's x) */
+    const bool via_gather = c->pending_norm.on && c->pending_norm.gather_y == x->data;
+    const bool take_norm = c->pending_norm.on && (c->pending_norm.y == x->data || via_gather);
     if (!take_norm)
         pstep_flush_norm(c);
     c->pending_norm.on = false;
@@ -903,6 +919,8 @@ static void pstep_gemv(cuda_backend *c, be_tensor *y, const be_tensor *x, const 
             op->gemv.norm_x = c->pending_norm.x;
             op->gemv.norm_w = c->pending_norm.w;
             op->gemv.eps = c->pending_norm.eps;
+            if (via_gather && r0 == 0)
+                op->gemv.norm_y = c->pending_norm.y; /* block 0 stores the norm's row */
         }
         op->gemv.x = x->data;
         op->gemv.W = (const uint8_t *)w->w + (size_t)r0 * (size_t)w->k * 2;
@@ -919,8 +937,6 @@ static void pstep_gemv(cuda_backend *c, be_tensor *y, const be_tensor *x, const 
         }
     }
 }
-
-static const int32_t *meta(const cuda_backend *c, size_t off) { return c->d_meta + off; }
 
 static void cuda_embed(hr_backend *b, be_tensor *x, const be_weight *tok_embd) {
     cuda_backend *c = (cuda_backend *)b;
@@ -1144,6 +1160,15 @@ static void cuda_gather_rows(hr_backend *b, be_tensor *y, const be_tensor *x) {
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
     if (c->pstep) {
+        /* one row, row 0: the gather of the pending norm's row is that row,
+         * so the norm stays pending for the GEMV that reads y to take (its
+         * block 0 stores the norm's row as well; pstep_flush_norm makes the
+         * two ops if none takes it): two barriers and a one-block op less */
+        if (c->pending_norm.on && c->pending_norm.y == x->data && !c->pending_norm.gather_y &&
+            c->n_rows == 1 && x->narrow && y->narrow && x->cols == y->cols && x->ld == x->cols) {
+            c->pending_norm.gather_y = y->data;
+            return;
+        }
         ck_pstep_op *op = pstep_add(c, CKP_GATHER);
         if (op) {
             op->gather.x = x->data;

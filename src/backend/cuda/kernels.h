@@ -185,6 +185,7 @@ typedef struct {
     void *y;             /* unused with resid */
     const float *norm_x; /* if set, x = ck(norm_w * (norm_x / rms(norm_x))) */
     const float *norm_w;
+    void *norm_y;        /* if set (with norm_x), block 0 also stores x (ck) there */
     float *resid;        /* if set, resid += y (rounded to ck first if y_ck) */
     float eps;
     int32_t y_ck, N, K;

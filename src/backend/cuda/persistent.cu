@@ -781,6 +781,10 @@ __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ri
     if (op.gemv.norm_x) {
         norm_into(op.gemv.norm_x, op.gemv.norm_w, op.gemv.eps, K, reinterpret_cast<T *>(xs),
                   scratch);
+        /* each thread copies the elements it wrote (norm_into's order) */
+        if (op.gemv.norm_y && blockIdx.x == 0)
+            for (int d = tid; d < K; d += kConsumers)
+                static_cast<uint16_t *>(op.gemv.norm_y)[d] = xs[d];
     } else {
         /* x into shared memory, every load issued before the first store (a
          * plain loop waits out an L2 round trip per element: the compiler
