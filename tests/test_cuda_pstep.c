@@ -22,6 +22,9 @@
  * rounding can differ by one unit here and there: the bounds are the ones
  * test_cuda_model holds against transformers, |a - b| <= 0.03 max|b| +
  * 0.03 |b| and NMSE <= 1e-3.
+ * Then the same engine draws 64 greedy tokens in the persistent step itself
+ * (the argmax folded into its lm head) and 64 through the sampling kernel:
+ * the same tokens.
  * Without a CUDA device it prints "SKIP: no CUDA device" and exits 77.
  */
 #include "backend/cuda/cuda_backend.h"
@@ -59,6 +62,25 @@ static bool step_one(hr_engine *e, int32_t *token) {
         if (ev[i].token >= 0)
             *token = ev[i].token;
     return true;
+}
+
+/* n greedy-like tokens from prompt, sampled on the device at temperature t */
+static void generate(hr_engine *e, const int32_t *prompt, float t, int32_t n, int32_t *out) {
+    hr_sampling_params sp = hr_sampling_params_default();
+    sp.max_tokens = n;
+    sp.ignore_eos = true;
+    sp.temperature = t;
+    hr_error err;
+    int32_t id = -1, got = 0;
+    CHECK_OK(hr_engine_add(e, prompt, 8, &sp, &id, &err), &err);
+    while (hr_engine_n_active(e) > 0) {
+        int32_t tok;
+        if (!step_one(e, &tok))
+            return;
+        if (tok >= 0 && got < n)
+            out[got++] = tok;
+    }
+    CHECK_MSG(got == n, "%d of %d tokens", got, n);
 }
 
 static void compare(const char *shape, hr_dtype dt, int32_t n_new) {
@@ -130,6 +152,18 @@ static void compare(const char *shape, hr_dtype dt, int32_t n_new) {
     CHECK_MSG(steps_ref == 0, "%s: the reference engine ran persistent steps", shape);
     CHECK_MSG(steps_ps >= expect_ps, "%s: %lld steps ran as one kernel, %d expected", shape,
               (long long)steps_ps, expect_ps);
+
+    /* greedy on the device: the argmax the persistent step draws itself (its
+     * lm head ranks the logits, in several ops for a 128k vocabulary) against
+     * the sampling kernel's (a temperature of 1e-30 draws the argmax, exact
+     * ties aside) */
+    int32_t folded[64] = {0}, sampled[64] = {0};
+    generate(ps, prompt, 0.0f, 64, folded);
+    generate(ps, prompt, 1e-30f, 64, sampled);
+    CHECK_MSG(memcmp(folded, sampled, sizeof folded) == 0,
+              "%s: the persistent step's greedy tokens differ from the sampler's", shape);
+    printf("%s %s: 64 greedy tokens drawn in the persistent step, as the sampler draws them\n",
+           shape, hr_dtype_name(dt));
     hr_engine_free(ref);
     hr_engine_free(ps);
     hr_model_free(m);

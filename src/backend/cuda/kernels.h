@@ -253,11 +253,12 @@ int ck_pstep_blocks(void);
 
 /* A decode step of one row feeding the next on the device ("chained"
  * steps: the host queues step t + 1 before step t's id is known). Once the
- * id is drawn, the sampler makes the step's metadata that of the next step
- * (token = the id, pos + 1, the slot of pos + 1 in the row's block table)
- * and counts the step. The count also offsets params[0].step (the host does
- * not rewrite a chained step's parameters while the step before may still
- * read them) and picks where the id lands for the host. */
+ * id is drawn, the sampler (or a greedy persistent step, ck_pstep_run)
+ * makes the step's metadata that of the next step (token = the id, pos + 1,
+ * the slot of pos + 1 in the row's block table) and counts the step. The
+ * count also offsets params[0].step (the host does not rewrite a chained
+ * step's parameters while the step before may still read them) and picks
+ * where the id lands for the host. */
 typedef struct {
     int32_t *tok, *pos, *slot;          /* row 0's entries of the step's metadata */
     const int32_t *seq, *block_tables;  /* row 0's sequence; (n_seq_max, max_blocks) */

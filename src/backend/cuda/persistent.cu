@@ -352,6 +352,22 @@
  * line, which kept the kernel from spilling; the relay offsets live
  * through every op; the epilogue's branches).
  *
+ * Landed later (H200, 2026-12-01, bench/results/2026-12-01-h200-overlap.
+ * jsonl; libraries swapped in each call): with the engine keeping a lone
+ * sequence's next step queued (overlap, engine.c) the host no longer adds
+ * to a token: 288.4, 288.2, 288.2 tok/s against 287.2, 285.5, 286.7. Then a
+ * greedy step's argmax drawn here, the lm head's epilogue ranking its rows
+ * (an atomic max of ck_rank_key) and the last block out emitting the token
+ * and the next step's metadata (ck_chain), so no sampling kernel runs, and
+ * the counters zeroed by that block instead of a memset before each launch:
+ * 288.7, 288.9, 288.5 against 288.2, 288.1, 288.2. The final norm taken by
+ * the lm head (a one-row gather is the row itself: two barriers and a
+ * one-block norm op less): 289.4, 289.6, 289.1 against 289.2, 289.3, 288.9.
+ * Rejected: each step launched as a programmatic dependent of the one
+ * before (eager launches; its producers streaming before griddepcontrol.
+ * wait while the step before finished): 285.2, 285.3, 285.2 against 285.3,
+ * 285.3, 285.2 replaying graphs, in a call whose machine ran ~1.4% slower.
+ *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
  * their x loads and norms 228, the attention 371, the grid barriers 534;
