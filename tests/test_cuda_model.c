@@ -15,7 +15,8 @@
  *   - overlap (a lone sequence's next step queued before its token is in)
  *     changes nothing: the same tokens, text and finish reasons as without,
  *     greedy and sampled, stopped by a stop string, end of generation or a
- *     cancel in the middle of a run, and with a request joining mid-run.
+ *     cancel in the middle of a run, and with a request joining mid-run;
+ *     op by op too (no persistent step), greedy and sampled.
  * Without a CUDA device it prints "SKIP: no CUDA device" and exits 77.
  *
  * Tolerance. Weights are the same bf16 values on both sides; the GPU rounds
@@ -385,6 +386,27 @@ static void check_overlap(const hr_model *m) {
     /* and the engine is as it was */
     run_one(eo, prompt, &greedy, 0, NULL, &a, NULL);
     CHECK_MSG(same_run(&a, &first), "overlap: greedy run differs after the others");
+
+    /* decode op by op (the path past the persistent step's longest context):
+     * the sampling kernel advances the chained steps' metadata */
+    setenv("HEADROOM_CUDA_PSTEP", "0", 1); /* read when the engine is made */
+    hr_engine *po = cuda_engine(m, HR_DTYPE_BF16, 2, false, true);
+    ep.no_overlap = true;
+    hr_engine *pn = NULL;
+    CHECK_OK(hr_engine_create(m, &ep, &pn, &err), &err);
+    unsetenv("HEADROOM_CUDA_PSTEP");
+    if (po && pn) {
+        run_one(po, prompt, &greedy, 0, NULL, &a, NULL);
+        run_one(pn, prompt, &greedy, 0, NULL, &b, NULL);
+        CHECK_MSG(a.n == 100 && same_run(&a, &b), "overlap op by op: greedy run differs");
+        run_one(po, prompt, &sampled, 0, NULL, &a, NULL);
+        run_one(pn, prompt, &sampled, 0, NULL, &b, NULL);
+        CHECK_MSG(same_run(&a, &b), "overlap op by op: sampled run differs");
+        CHECK_MSG(po->n_chained >= 180, "overlap op by op: %lld chained steps",
+                  (long long)po->n_chained);
+    }
+    hr_engine_free(po);
+    hr_engine_free(pn);
     printf("overlap: same tokens, text and finish with and without (greedy, sampled, stop "
            "string, %d/4 ended by the model, cancelled, joined); %lld chained steps\n",
            n_eos, (long long)eo->n_chained);
