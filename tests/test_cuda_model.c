@@ -29,6 +29,7 @@
 #include "engine/engine.h"
 #include "headroom.h"
 #include "test.h"
+#include "test_run.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -236,58 +237,6 @@ static void check_embedded(void) {
     hr_model_free(m);
 }
 
-/* One request to its end: tokens, text, finish reason. cancel_after > 0
- * cancels it after that many steps; join (optional) is added after 5. */
-typedef struct {
-    int32_t tok[256];
-    int n;
-    char text[8192];
-    size_t len;
-    hr_finish_reason finish;
-} run_out;
-
-static void run_one(hr_engine *e, const int32_t *prompt, const hr_sampling_params *sp,
-                    int cancel_after, const hr_sampling_params *join, run_out *o,
-                    run_out *o_join) {
-    memset(o, 0, sizeof *o);
-    if (o_join)
-        memset(o_join, 0, sizeof *o_join);
-    hr_error err;
-    int32_t id[2] = {-1, -1};
-    CHECK_OK(hr_engine_add(e, prompt, 8, sp, &id[0], &err), &err);
-    hr_event ev[4];
-    for (int steps = 1; hr_engine_n_active(e) > 0; steps++) {
-        int32_t n;
-        if (hr_engine_step(e, ev, 4, &n, &err) != HR_OK) {
-            CHECK_MSG(false, "step: %s", err.msg);
-            return;
-        }
-        for (int32_t j = 0; j < n; j++)
-            for (int k = 0; k < 2; k++) {
-                run_out *r = k == 0 ? o : o_join;
-                if (ev[j].id != id[k] || !r)
-                    continue;
-                if (ev[j].token >= 0 && r->n < 256)
-                    r->tok[r->n++] = ev[j].token;
-                if (r->len + (size_t)ev[j].text_len < sizeof r->text) {
-                    memcpy(r->text + r->len, ev[j].text, (size_t)ev[j].text_len);
-                    r->len += (size_t)ev[j].text_len;
-                }
-                if (ev[j].finish != HR_FINISH_NONE)
-                    r->finish = ev[j].finish;
-            }
-        if (steps == cancel_after)
-            hr_engine_cancel(e, id[0]);
-        if (steps == 5 && join)
-            CHECK_OK(hr_engine_add(e, prompt, 8, join, &id[1], &err), &err);
-    }
-}
-
-static bool same_run(const run_out *a, const run_out *b) {
-    return a->n == b->n && memcmp(a->tok, b->tok, (size_t)a->n * sizeof a->tok[0]) == 0 &&
-           a->len == b->len && memcmp(a->text, b->text, a->len) == 0 && a->finish == b->finish;
-}
-
 static void check_overlap(const hr_model *m) {
     hr_engine *eo = cuda_engine(m, HR_DTYPE_BF16, 2, false, true);
     hr_engine_params ep = hr_engine_params_default();
@@ -306,17 +255,17 @@ static void check_overlap(const hr_model *m) {
     int32_t prompt[8];
     for (int j = 0; j < 8; j++)
         prompt[j] = j == 0 ? 1 : 211 + 13 * j;
-    static run_out a, b, c, d;
+    static test_run_out a, b, c, d;
     hr_sampling_params greedy = hr_sampling_params_default();
     greedy.max_tokens = 100;
     greedy.ignore_eos = true;
-    run_out first;
-    run_one(eo, prompt, &greedy, 0, NULL, &a, NULL);
-    run_one(en, prompt, &greedy, 0, NULL, &b, NULL);
+    test_run_out first;
+    test_run(eo, prompt, 8, &greedy, 0, NULL, 0, &a, NULL);
+    test_run(en, prompt, 8, &greedy, 0, NULL, 0, &b, NULL);
     first = a;
     CHECK_MSG(a.n == 100 && a.finish == HR_FINISH_LENGTH, "overlap: %d tokens, finish %s", a.n,
               hr_finish_reason_name(a.finish));
-    CHECK_MSG(same_run(&a, &b), "overlap: greedy run differs");
+    CHECK_MSG(test_same_run(&a, &b), "overlap: greedy run differs");
     CHECK_MSG(eo->n_chained >= 90 && en->n_chained == 0,
               "overlap: %lld chained steps with, %lld without", (long long)eo->n_chained,
               (long long)en->n_chained);
@@ -325,17 +274,17 @@ static void check_overlap(const hr_model *m) {
      * the persistent step's folded argmax must agree (ties aside) */
     hr_sampling_params cold = greedy;
     cold.temperature = 1e-30f;
-    run_one(eo, prompt, &cold, 0, NULL, &a, NULL);
-    CHECK_MSG(same_run(&a, &first), "greedy folded into the step differs from the sampler's");
+    test_run(eo, prompt, 8, &cold, 0, NULL, 0, &a, NULL);
+    CHECK_MSG(test_same_run(&a, &first), "greedy folded into the step differs from the sampler's");
 
     hr_sampling_params sampled = greedy;
     sampled.temperature = 0.8f;
     sampled.top_k = 50;
     sampled.top_p = 0.9f;
     sampled.seed = 77;
-    run_one(eo, prompt, &sampled, 0, NULL, &a, NULL);
-    run_one(en, prompt, &sampled, 0, NULL, &b, NULL);
-    CHECK_MSG(same_run(&a, &b), "overlap: sampled run differs");
+    test_run(eo, prompt, 8, &sampled, 0, NULL, 0, &a, NULL);
+    test_run(en, prompt, 8, &sampled, 0, NULL, 0, &b, NULL);
+    CHECK_MSG(test_same_run(&a, &b), "overlap: sampled run differs");
 
     /* a stop string from the middle of the greedy text */
     char stop[8] = {0};
@@ -344,9 +293,9 @@ static void check_overlap(const hr_model *m) {
     hr_sampling_params stopped = greedy;
     stopped.stop = stops;
     stopped.n_stop = strlen(stop) == 4 ? 1 : 0;
-    run_one(eo, prompt, &stopped, 0, NULL, &a, NULL);
-    run_one(en, prompt, &stopped, 0, NULL, &b, NULL);
-    CHECK_MSG(a.finish == HR_FINISH_STOP && same_run(&a, &b),
+    test_run(eo, prompt, 8, &stopped, 0, NULL, 0, &a, NULL);
+    test_run(en, prompt, 8, &stopped, 0, NULL, 0, &b, NULL);
+    CHECK_MSG(a.finish == HR_FINISH_STOP && test_same_run(&a, &b),
               "overlap: stop string run differs (finish %s / %s)",
               hr_finish_reason_name(a.finish), hr_finish_reason_name(b.finish));
 
@@ -359,17 +308,17 @@ static void check_overlap(const hr_model *m) {
         int32_t p[8];
         for (int j = 0; j < 8; j++)
             p[j] = j == 0 ? 1 : 100 + 37 * i + 11 * j;
-        run_one(eo, p, &eos, 0, NULL, &a, NULL);
-        run_one(en, p, &eos, 0, NULL, &b, NULL);
+        test_run(eo, p, 8, &eos, 0, NULL, 0, &a, NULL);
+        test_run(en, p, 8, &eos, 0, NULL, 0, &b, NULL);
         n_eos += a.finish == HR_FINISH_EOS;
-        CHECK_MSG(same_run(&a, &b), "overlap: prompt %d differs (%d tokens, %s / %d, %s)", i,
+        CHECK_MSG(test_same_run(&a, &b), "overlap: prompt %d differs (%d tokens, %s / %d, %s)", i,
                   a.n, hr_finish_reason_name(a.finish), b.n, hr_finish_reason_name(b.finish));
     }
 
     /* cancelled mid-run */
-    run_one(eo, prompt, &greedy, 10, NULL, &a, NULL);
-    run_one(en, prompt, &greedy, 10, NULL, &b, NULL);
-    CHECK_MSG(a.finish == HR_FINISH_CANCELLED && same_run(&a, &b),
+    test_run(eo, prompt, 8, &greedy, 10, NULL, 0, &a, NULL);
+    test_run(en, prompt, 8, &greedy, 10, NULL, 0, &b, NULL);
+    CHECK_MSG(a.finish == HR_FINISH_CANCELLED && test_same_run(&a, &b),
               "overlap: cancelled run differs (%d tokens, %s / %d, %s)", a.n,
               hr_finish_reason_name(a.finish), b.n, hr_finish_reason_name(b.finish));
 
@@ -377,15 +326,15 @@ static void check_overlap(const hr_model *m) {
      * as alone until then */
     hr_sampling_params join = greedy;
     join.max_tokens = 30;
-    run_one(eo, prompt, &greedy, 0, &join, &a, &c);
-    run_one(en, prompt, &greedy, 0, &join, &b, &d);
+    test_run(eo, prompt, 8, &greedy, 0, &join, 5, &a, &c);
+    test_run(en, prompt, 8, &greedy, 0, &join, 5, &b, &d);
     CHECK_MSG(a.n == 100 && c.n == 30 && b.n == 100 && d.n == 30 &&
                   memcmp(a.tok, first.tok, 5 * sizeof a.tok[0]) == 0,
               "overlap: joined runs %d + %d tokens, %d + %d without", a.n, c.n, b.n, d.n);
 
     /* and the engine is as it was */
-    run_one(eo, prompt, &greedy, 0, NULL, &a, NULL);
-    CHECK_MSG(same_run(&a, &first), "overlap: greedy run differs after the others");
+    test_run(eo, prompt, 8, &greedy, 0, NULL, 0, &a, NULL);
+    CHECK_MSG(test_same_run(&a, &first), "overlap: greedy run differs after the others");
 
     /* decode op by op (the path past the persistent step's longest context):
      * the sampling kernel advances the chained steps' metadata */
@@ -396,12 +345,12 @@ static void check_overlap(const hr_model *m) {
     CHECK_OK(hr_engine_create(m, &ep, &pn, &err), &err);
     unsetenv("HEADROOM_CUDA_PSTEP");
     if (po && pn) {
-        run_one(po, prompt, &greedy, 0, NULL, &a, NULL);
-        run_one(pn, prompt, &greedy, 0, NULL, &b, NULL);
-        CHECK_MSG(a.n == 100 && same_run(&a, &b), "overlap op by op: greedy run differs");
-        run_one(po, prompt, &sampled, 0, NULL, &a, NULL);
-        run_one(pn, prompt, &sampled, 0, NULL, &b, NULL);
-        CHECK_MSG(same_run(&a, &b), "overlap op by op: sampled run differs");
+        test_run(po, prompt, 8, &greedy, 0, NULL, 0, &a, NULL);
+        test_run(pn, prompt, 8, &greedy, 0, NULL, 0, &b, NULL);
+        CHECK_MSG(a.n == 100 && test_same_run(&a, &b), "overlap op by op: greedy run differs");
+        test_run(po, prompt, 8, &sampled, 0, NULL, 0, &a, NULL);
+        test_run(pn, prompt, 8, &sampled, 0, NULL, 0, &b, NULL);
+        CHECK_MSG(test_same_run(&a, &b), "overlap op by op: sampled run differs");
         CHECK_MSG(po->n_chained >= 180, "overlap op by op: %lld chained steps",
                   (long long)po->n_chained);
     }

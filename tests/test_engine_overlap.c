@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "headroom.h"
 #include "test.h"
+#include "test_run.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,66 +147,14 @@ static hr_engine *make_engine(const hr_model *m, int slot, bool overlap) {
 
 /* ---------------------------------------------------------------- runs */
 
-typedef struct {
-    int32_t tok[128];
-    int n;
-    char text[2048];
-    size_t len;
-    hr_finish_reason finish;
-} run_out;
-
-/* Request prompt to its end (cancelled after cancel_after steps if > 0;
- * join, if set, added after 4 steps with the same prompt, into o_join). */
-static void run(hr_engine *e, const int32_t *prompt, int32_t n_prompt,
-                const hr_sampling_params *sp, int cancel_after, const hr_sampling_params *join,
-                run_out *o, run_out *o_join) {
-    memset(o, 0, sizeof *o);
-    if (o_join)
-        memset(o_join, 0, sizeof *o_join);
-    hr_error err;
-    int32_t id[2] = {-1, -1};
-    CHECK_OK(hr_engine_add(e, prompt, n_prompt, sp, &id[0], &err), &err);
-    hr_event ev[4];
-    for (int steps = 1; hr_engine_n_active(e) > 0; steps++) {
-        int32_t n;
-        if (hr_engine_step(e, ev, 4, &n, &err) != HR_OK) {
-            CHECK_MSG(false, "step: %s", err.msg);
-            return;
-        }
-        for (int32_t j = 0; j < n; j++)
-            for (int k = 0; k < 2; k++) {
-                run_out *r = k == 0 ? o : o_join;
-                if (!r || ev[j].id != id[k])
-                    continue;
-                if (ev[j].token >= 0 && r->n < 128)
-                    r->tok[r->n++] = ev[j].token;
-                if (r->len + (size_t)ev[j].text_len < sizeof r->text) {
-                    memcpy(r->text + r->len, ev[j].text, (size_t)ev[j].text_len);
-                    r->len += (size_t)ev[j].text_len;
-                }
-                if (ev[j].finish != HR_FINISH_NONE)
-                    r->finish = ev[j].finish;
-            }
-        if (steps == cancel_after)
-            hr_engine_cancel(e, id[0]);
-        if (steps == 4 && join)
-            CHECK_OK(hr_engine_add(e, prompt, n_prompt, join, &id[1], &err), &err);
-    }
-}
-
-static bool same_run(const run_out *a, const run_out *b) {
-    return a->n == b->n && memcmp(a->tok, b->tok, (size_t)a->n * sizeof a->tok[0]) == 0 &&
-           a->len == b->len && memcmp(a->text, b->text, a->len) == 0 && a->finish == b->finish;
-}
-
 /* the same request on the three engines: all alike; returns the overlap run */
 static void three_ways(hr_engine *const eng[3], const int32_t *prompt, int32_t n_prompt,
                        const hr_sampling_params *sp, int cancel_after, const char *what,
-                       run_out *out) {
-    static run_out r[3];
+                       test_run_out *out) {
+    static test_run_out r[3];
     for (int i = 0; i < 3; i++)
-        run(eng[i], prompt, n_prompt, sp, cancel_after, NULL, &r[i], NULL);
-    CHECK_MSG(same_run(&r[0], &r[1]) && same_run(&r[0], &r[2]),
+        test_run(eng[i], prompt, n_prompt, sp, cancel_after, NULL, 0, &r[i], NULL);
+    CHECK_MSG(test_same_run(&r[0], &r[1]) && test_same_run(&r[0], &r[2]),
               "%s: overlap %d tokens (%s), without %d (%s), host sampling %d (%s)", what,
               r[0].n, hr_finish_reason_name(r[0].finish), r[1].n,
               hr_finish_reason_name(r[1].finish), r[2].n, hr_finish_reason_name(r[2].finish));
@@ -223,7 +172,7 @@ int main(void) {
     if (!eng[0] || !eng[1] || !eng[2])
         goto done;
     const int32_t prompt[6] = {1, 311, 524, 97, 1870, 40};
-    static run_out a, b, first;
+    static test_run_out a, b, first;
     hr_sampling_params greedy = hr_sampling_params_default();
     greedy.max_tokens = 60;
 
@@ -253,12 +202,12 @@ int main(void) {
     /* a second request joins after 4 steps: each gets its tokens as alone */
     hr_sampling_params join = greedy;
     join.max_tokens = 20;
-    run(eng[0], prompt, 6, &greedy, 0, &join, &a, &b);
+    test_run(eng[0], prompt, 6, &greedy, 0, &join, 4, &a, &b);
     CHECK_MSG(a.n == 60 && b.n == 20 && memcmp(a.tok, first.tok, sizeof a.tok) == 0 &&
                   memcmp(b.tok, first.tok, 20 * sizeof b.tok[0]) == 0,
               "joined: %d and %d tokens", a.n, b.n);
     three_ways(eng, prompt, 6, &greedy, 0, "after the others", &a);
-    CHECK(same_run(&a, &first));
+    CHECK(test_same_run(&a, &first));
     printf("overlap on / off / host sampling alike: to a length, to a stop string, cancelled, "
            "joined; %lld chained steps\n",
            (long long)eng[0]->n_chained);
@@ -294,7 +243,7 @@ done:
                       hr_finish_reason_name(a.finish));
             /* the step queued past the end was dropped: the engine goes on */
             three_ways(ee, prompt, 6, &greedy, 0, "after an end id", &b);
-            CHECK(same_run(&a, &b));
+            CHECK(test_same_run(&a, &b));
             printf("an end id after %d tokens: alike; %lld chained steps\n", a.n,
                    (long long)ee[0]->n_chained);
         }
