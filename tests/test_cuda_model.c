@@ -70,7 +70,7 @@ static bool load_reference(const char *dir, reference *r) {
 }
 
 static hr_engine *cuda_engine(const hr_model *m, hr_dtype dt, int32_t n_seq, bool logits_all,
-                              bool graphs) {
+                              bool graphs, bool overlap) {
     hr_engine_params ep = hr_engine_params_default();
     ep.device = HR_DEVICE_CUDA;
     ep.dtype = dt;
@@ -78,6 +78,7 @@ static hr_engine *cuda_engine(const hr_model *m, hr_dtype dt, int32_t n_seq, boo
     ep.n_seq_max = n_seq;
     ep.logits_all = logits_all;
     ep.no_graphs = !graphs;
+    ep.no_overlap = !overlap;
     hr_engine *e = NULL;
     hr_error err;
     CHECK_OK(hr_engine_create(m, &ep, &e, &err), &err);
@@ -92,7 +93,7 @@ static void check_fixture(const char *name, hr_dtype dt) {
     hr_error err;
     hr_model *m = NULL;
     CHECK_OK(hr_model_load(dir, NULL, &m, &err), &err);
-    hr_engine *e = m ? cuda_engine(m, dt, 1, true, false) : NULL;
+    hr_engine *e = m ? cuda_engine(m, dt, 1, true, false, true) : NULL;
     if (e && ref.tokens) {
         double *nll = malloc(ref.T * sizeof *nll);
         float *lg = malloc((size_t)ref.T * ref.V * sizeof *lg);
@@ -192,7 +193,7 @@ static void check_embedded(void) {
     tp.parse_special = false;
     CHECK_OK(hr_tokenize(hr_model_tokenizer(m), text, len, &tp, ids, 1 << 17, &n_ids, &err),
              &err);
-    hr_engine *e = cuda_engine(m, HR_DTYPE_BF16, 1, true, false);
+    hr_engine *e = cuda_engine(m, HR_DTYPE_BF16, 1, true, false, true);
     double ppl = 0;
     if (e)
         CHECK_OK(hr_engine_perplexity(e, ids, (int64_t)n_ids, 512, &ppl, NULL, NULL, &err),
@@ -209,8 +210,8 @@ static void check_embedded(void) {
         for (int j = 0; j < 8; j++)
             prompts[i][j] = j == 0 ? 1 : 100 + 37 * i + 11 * j;
     static int32_t a[4][64], b[4][64], c[4][64], d[4][64], s1[4][64], s2[4][64];
-    hr_engine *eg = cuda_engine(m, HR_DTYPE_BF16, 4, false, true);
-    hr_engine *en = cuda_engine(m, HR_DTYPE_BF16, 4, false, false);
+    hr_engine *eg = cuda_engine(m, HR_DTYPE_BF16, 4, false, true, true);
+    hr_engine *en = cuda_engine(m, HR_DTYPE_BF16, 4, false, false, true);
     if (eg && en) {
         for (int i = 0; i < 4; i++) {
             generate(eg, &prompts[i], 1, 48, &a[i], 0.0f, 0);
@@ -238,15 +239,8 @@ static void check_embedded(void) {
 }
 
 static void check_overlap(const hr_model *m) {
-    hr_engine *eo = cuda_engine(m, HR_DTYPE_BF16, 2, false, true);
-    hr_engine_params ep = hr_engine_params_default();
-    ep.device = HR_DEVICE_CUDA;
-    ep.n_ctx = 512;
-    ep.n_seq_max = 2;
-    ep.no_overlap = true;
-    hr_engine *en = NULL;
-    hr_error err;
-    CHECK_OK(hr_engine_create(m, &ep, &en, &err), &err);
+    hr_engine *eo = cuda_engine(m, HR_DTYPE_BF16, 2, false, true, true);
+    hr_engine *en = cuda_engine(m, HR_DTYPE_BF16, 2, false, true, false);
     if (!eo || !en) {
         hr_engine_free(eo);
         hr_engine_free(en);
@@ -339,10 +333,8 @@ static void check_overlap(const hr_model *m) {
     /* decode op by op (the path past the persistent step's longest context):
      * the sampling kernel advances the chained steps' metadata */
     setenv("HEADROOM_CUDA_PSTEP", "0", 1); /* read when the engine is made */
-    hr_engine *po = cuda_engine(m, HR_DTYPE_BF16, 2, false, true);
-    ep.no_overlap = true;
-    hr_engine *pn = NULL;
-    CHECK_OK(hr_engine_create(m, &ep, &pn, &err), &err);
+    hr_engine *po = cuda_engine(m, HR_DTYPE_BF16, 2, false, true, true);
+    hr_engine *pn = cuda_engine(m, HR_DTYPE_BF16, 2, false, true, false);
     unsetenv("HEADROOM_CUDA_PSTEP");
     if (po && pn) {
         test_run(po, prompt, 8, &greedy, 0, NULL, 0, &a, NULL);

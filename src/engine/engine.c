@@ -452,11 +452,11 @@ static void drop_reported(hr_engine *e) {
  * has the token of the one before (the device feeds it: hr_step.chained),
  * so the device does not wait while the host takes in a token, checks the
  * stop rules and queues the next step (~20 us a token, 0.6% at Llama-2-7B
- * on an H200: bench --overlap on,off). A request that stops on a token the host only then sees (end of
- * generation, a stop string, a cancel) leaves one queued step computed for
- * nothing; its K/V row is the right one for the token it fed, in blocks
- * the request reserved. max_tokens and the context end are known ahead, so
- * no step is queued past them. */
+ * on an H200: bench --overlap on,off). A request that stops on a token the
+ * host only then sees (end of generation, a stop string, a cancel) leaves
+ * one queued step computed for nothing; its K/V row is the right one for
+ * the token it fed, in blocks the request reserved. max_tokens and the
+ * context end are known ahead, so no step is queued past them. */
 
 /* whether r's step after the in_flight ones queued would run, were none of
  * their tokens a stop */

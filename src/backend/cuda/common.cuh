@@ -22,20 +22,28 @@ __device__ __forceinline__ void ck_from_f32(__half *p, float v) { *p = __float2h
 __device__ __forceinline__ float ck_to_f32(float v) { return v; }
 __device__ __forceinline__ void ck_from_f32(float *p, float v) { *p = v; }
 
-/* The greedy rank of a logit: order-preserving bits << 32 | ~id, NaN as
- * -inf and -0 as +0, so the largest key is the argmax, the lowest id on
- * ties (sample.cu's order). */
-__device__ __forceinline__ unsigned long long ck_rank_key(float l, int id) {
+/* Ranking logits (the sampler's order, and a greedy persistent step's):
+ * a logit made canonical (NaN ranks last, -0 and +0 are one value), its
+ * order-preserving bits, and a unique key, bits << 32 | ~id, so the largest
+ * key is the argmax, the lowest id on ties. */
+__device__ __forceinline__ float ck_logit_canon(float l) {
     if (l != l)
-        l = -INFINITY;
-    else if (l == 0.0f)
-        l = 0.0f;
-    uint32_t b = __float_as_uint(l);
-    b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-    return ((unsigned long long)b << 32) | (unsigned long long)(0xffffffffu - (uint32_t)id);
+        return -INFINITY;
+    return l == 0.0f ? 0.0f : l;
 }
 
-__device__ __forceinline__ int ck_rank_id(unsigned long long key) {
+__device__ __forceinline__ uint32_t ck_logit_ord(float l) {
+    uint32_t b = __float_as_uint(l);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+/* l canonical */
+__device__ __forceinline__ unsigned long long ck_logit_key(float l, int id) {
+    return ((unsigned long long)ck_logit_ord(l) << 32) |
+           (unsigned long long)(0xffffffffu - (uint32_t)id);
+}
+
+__device__ __forceinline__ int ck_logit_key_id(unsigned long long key) {
     return (int)(0xffffffffu - (uint32_t)(key & 0xffffffffu));
 }
 

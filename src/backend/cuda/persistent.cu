@@ -357,7 +357,7 @@
  * sequence's next step queued (overlap, engine.c) the host no longer adds
  * to a token: 288.4, 288.2, 288.2 tok/s against 287.2, 285.5, 286.7. Then a
  * greedy step's argmax drawn here, the lm head's epilogue ranking its rows
- * (an atomic max of ck_rank_key) and the last block out emitting the token
+ * (an atomic max of ck_logit_key) and the last block out emitting the token
  * and the next step's metadata (ck_chain), so no sampling kernel runs, and
  * the counters zeroed by that block instead of a memset before each launch:
  * 288.7, 288.9, 288.5 against 288.2, 288.1, 288.2. The final norm taken by
@@ -745,7 +745,7 @@ __device__ __forceinline__ void start_row(int row, int &cur, float c[8], float *
 }
 
 /* A greedy step's logits rows (f32, no residual) written and ranked: the
- * block's largest ck_rank_key into *rank (an atomic max over the blocks).
+ * block's largest ck_logit_key into *rank (an atomic max over the blocks).
  * Every consumer thread; v is meaningful for tid < n_run. */
 __device__ __noinline__ void rank_rows(float *y, int row0, int id0, int n_run, float v,
                                        unsigned long long *rank) {
@@ -754,7 +754,7 @@ __device__ __noinline__ void rank_rows(float *y, int row0, int id0, int n_run, f
     unsigned long long key = 0;
     if (tid < n_run) {
         y[row0 + tid] = v;
-        key = ck_rank_key(v, id0 + row0 + tid);
+        key = ck_logit_key(ck_logit_canon(v), id0 + row0 + tid);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -1380,7 +1380,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             auto *rank = reinterpret_cast<unsigned long long *>(sync + 2);
             const unsigned long long key = atomicExch(rank, 0ull);
             if (tokens)
-                ck_chain_emit(tokens, ck_rank_id(key), chain, chain.tok ? *chain.count : 0);
+                ck_chain_emit(tokens, ck_logit_key_id(key), chain, chain.tok ? *chain.count : 0);
             sync[0] = 0;
             sync[1] = 0;
         }

@@ -103,33 +103,15 @@ struct Elem {
     bool live;
 };
 
-__device__ __forceinline__ float canon(float l) {
-    if (l != l)
-        return -INFINITY; /* NaN ranks last */
-    return l == 0.0f ? 0.0f : l; /* -0 and +0 are one value */
-}
-
-__device__ __forceinline__ uint32_t ord_bits(float l) {
-    uint32_t b = __float_as_uint(l);
-    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
+/* keys, canonical logits: common.cuh (ck_logit_*); the inverse of ck_logit_ord */
 __device__ __forceinline__ float from_ord(uint32_t o) {
     return __uint_as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
-}
-
-__device__ __forceinline__ u64 make_key(float l, int i) {
-    return ((u64)ord_bits(l) << 32) | (u64)(0xffffffffu - (uint32_t)i);
-}
-
-__device__ __forceinline__ int key_index(u64 key) {
-    return (int)(0xffffffffu - (uint32_t)(key & 0xffffffffu));
 }
 
 /* Explicit _rn operations: the same value in every pass, no contraction. */
 __device__ __forceinline__ Elem eval_l(const Row &r, float l, int i) {
     Elem e;
-    e.key = make_key(l, i);
+    e.key = ck_logit_key(l, i);
     e.d = __fsub_rn(r.lmax, l);
     const float x = __fmul_rn(e.d, r.c);
     e.live = x <= kMassBits; /* false for NaN (inf * 0) */
@@ -137,10 +119,12 @@ __device__ __forceinline__ Elem eval_l(const Row &r, float l, int i) {
     return e;
 }
 
-__device__ __forceinline__ Elem eval_i(const Row &r, int i) { return eval_l(r, canon(r.l[i]), i); }
+__device__ __forceinline__ Elem eval_i(const Row &r, int i) {
+    return eval_l(r, ck_logit_canon(r.l[i]), i);
+}
 
 __device__ __forceinline__ Elem eval_key(const Row &r, u64 key) {
-    return eval_l(r, from_ord((uint32_t)(key >> 32)), key_index(key));
+    return eval_l(r, from_ord((uint32_t)(key >> 32)), ck_logit_key_id(key));
 }
 
 __device__ __forceinline__ unsigned bin0(const Row &r, float d) {
@@ -148,7 +132,7 @@ __device__ __forceinline__ unsigned bin0(const Row &r, float d) {
 }
 
 __device__ __forceinline__ bool minp_ok(const Row &r, const Elem &e) {
-    return !r.minp || e.d <= r.dcut || key_index(e.key) == r.amax;
+    return !r.minp || e.d <= r.dcut || ck_logit_key_id(e.key) == r.amax;
 }
 
 __device__ __forceinline__ u64 mix64(u64 z) {
@@ -219,7 +203,7 @@ __device__ void row_extremes(Smem &sm, const float *l, int V, float &lmax, float
     float mx = -INFINITY, mn = INFINITY;
     int ix = 0x7fffffff;
     for (int i = threadIdx.x; i < V; i += kThreads) {
-        const float v = canon(l[i]);
+        const float v = ck_logit_canon(l[i]);
         if (v > mx || (v == mx && i < ix)) {
             mx = v;
             ix = i;
@@ -553,9 +537,9 @@ __device__ int draw_sorted(Smem &sm, const Row &r, int n, u64 h) {
     scan2(sm, w0, 0ull, w1, 0ull, e0, unused_e, tot, unused_t);
     const u64 x = __umul64hi(h, tot);
     if (w0 && e0 <= x && x < e0 + w0)
-        sm.token = key_index(sm.keys[j0]);
+        sm.token = ck_logit_key_id(sm.keys[j0]);
     else if (w1 && e0 + w0 <= x && x < e0 + w0 + w1)
-        sm.token = key_index(sm.keys[j1]);
+        sm.token = ck_logit_key_id(sm.keys[j1]);
     __syncthreads();
     return sm.token >= 0 ? sm.token : r.amax;
 }
@@ -663,7 +647,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (!(p.top_p > 0.0f)) {
             /* the CPU keeps one token: cum >= top_p at the first */
             sel.cut = true;
-            sel.theta = make_key(r.lmax, r.amax);
+            sel.theta = ck_logit_key(r.lmax, r.amax);
             sel.j = 0;
         } else if (sel.cut && sel.n_sorted > 0) {
             /* the top-k prefix is sorted in shared memory: scan it */
