@@ -353,6 +353,30 @@ static void check_overlap(const hr_model *m) {
            n_eos, (long long)eo->n_chained);
     hr_engine_free(eo);
     hr_engine_free(en);
+
+    /* an end id the greedy run meets at its fifth token (a copy of the model
+     * that says so): the step queued past it is dropped, the engine goes on */
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/cuda_eos_model", HR_BINARY_DIR);
+    hr_model *me = test_model_ending_at(HR_SOURCE_DIR "/models/tiny-shakespeare", dir,
+                                        first.tok[4]);
+    eo = me ? cuda_engine(me, HR_DTYPE_BF16, 2, false, true, true) : NULL;
+    en = me ? cuda_engine(me, HR_DTYPE_BF16, 2, false, true, false) : NULL;
+    if (eo && en) {
+        hr_sampling_params ends = greedy;
+        ends.ignore_eos = false;
+        test_run(eo, prompt, 8, &ends, 0, NULL, 0, &a, NULL);
+        test_run(en, prompt, 8, &ends, 0, NULL, 0, &b, NULL);
+        CHECK_MSG(a.finish == HR_FINISH_EOS && a.n <= 5 && test_same_run(&a, &b),
+                  "overlap: end id after %d tokens (%s), %d without (%s)", a.n,
+                  hr_finish_reason_name(a.finish), b.n, hr_finish_reason_name(b.finish));
+        test_run(eo, prompt, 8, &greedy, 0, NULL, 0, &c, NULL);
+        CHECK_MSG(test_same_run(&c, &first), "overlap: greedy run differs after an end id");
+        printf("overlap: an end id met after %d tokens, the same with and without\n", a.n);
+    }
+    hr_engine_free(eo);
+    hr_engine_free(en);
+    hr_model_free(me);
 }
 
 int main(void) {

@@ -2,7 +2,8 @@
  * test_run.h — one request run to its end through an engine, for the tests
  * that compare ways of running it (test_cuda_model, test_engine_overlap;
  * include after test.h): its tokens, streamed text and finish reason, with
- * an optional cancel and a second request joining mid-run.
+ * an optional cancel and a second request joining mid-run; and a model
+ * whose end ids include a token a run is known to produce.
  */
 #ifndef HR_TEST_RUN_H
 #define HR_TEST_RUN_H
@@ -10,6 +11,8 @@
 #include "headroom.h"
 
 #include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -64,6 +67,30 @@ static inline void test_run(hr_engine *e, const int32_t *prompt, int32_t n_promp
 static inline bool test_same_run(const test_run_out *a, const test_run_out *b) {
     return a->n == b->n && memcmp(a->tok, b->tok, (size_t)a->n * sizeof a->tok[0]) == 0 &&
            a->len == b->len && memcmp(a->text, b->text, a->len) == 0 && a->finish == b->finish;
+}
+
+/* A copy of the Hugging Face folder model (its .json, .model and
+ * .safetensors files) in dir, whose end-of-generation ids are 2 and end_id:
+ * a run that meets end_id ends there as if the model had ended it. NULL on
+ * failure (reported). */
+static inline hr_model *test_model_ending_at(const char *model, const char *dir,
+                                             int32_t end_id) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && cp '%s'/*.json '%s'/*.model "
+                              "'%s'/*.safetensors '%s'/",
+             dir, dir, model, model, model, dir);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "%s/generation_config.json", dir);
+    FILE *f = fopen(cmd, "w");
+    CHECK(f != NULL);
+    if (!f)
+        return NULL;
+    fprintf(f, "{\"bos_token_id\": 1, \"eos_token_id\": [2, %d]}\n", end_id);
+    fclose(f);
+    hr_model *m = NULL;
+    hr_error err;
+    CHECK_OK(hr_model_load(dir, NULL, &m, &err), &err);
+    return m;
 }
 
 #endif
