@@ -368,6 +368,24 @@
  * wait while the step before finished): 285.2, 285.3, 285.2 against 285.3,
  * 285.3, 285.2 replaying graphs, in a call whose machine ran ~1.4% slower.
  *
+ * Rejected (H200, 2026-12-01, bench/results/2026-12-01-h200-x-loads.jsonl,
+ * four calls, libraries swapped in each; tok/s against main in the same
+ * call): what a GEMV loads after the barrier before it costs more than its
+ * bytes. The attention's split merge moved into the o GEMV's x load (each
+ * split leaves its partial, no split counter; every block merges the four
+ * splits of every head as it loads x: 64 KB of partials a block), 278.5
+ * against 285.4; one group of 8 elements a thread at a time (no spills),
+ * 281.5 (correct: test_cuda_pstep 60/60). The norm's x and w loaded 16
+ * bytes a load rather than 4, 286.9 against 288.7; w with an L2 evict_last
+ * hint, 284.6 against 285.7; and the next norm's w bulk-prefetched into L2
+ * a GEMV ahead, 285.9. With no w loads at all (measurement only, wrong
+ * results) 287.5 against 285.7, 290.8 on the 16-byte form: so the op that
+ * writes the residual row (the embedding, o, down) wrote x * w of the next
+ * norm and its block's sum of squares (thread 0, before the arrival), and
+ * the GEMV taking the norm loaded that row and the 132 sums instead of x
+ * and w: correct (test_cuda_pstep 60/60, test_cuda_model 140/140, planner
+ * sweep worst 0.08%) but 282.1 against 285.3 (4 bytes spilled).
+ *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
  * their x loads and norms 228, the attention 371, the grid barriers 534;
