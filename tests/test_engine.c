@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "headroom.h"
 #include "test.h"
+#include "test_run.h"
 #include "util/alloc.h"
 
 #include <cjson/cJSON.h>
@@ -228,26 +229,14 @@ static void test_stop_and_eos(const hr_model *m, const case_ref *c) {
 }
 
 /* A copy of the model whose generation_config.json lists several EOS ids,
- * one of them the first greedy token: generation ends there. */
+ * one of them the greedy run's third token: generation ends there. */
 static void test_eos_list(const case_ref *c) {
-    char dir[512], dst[600];
+    char dir[512];
     snprintf(dir, sizeof dir, "%s/engine_eos_model", HR_BINARY_DIR);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && cp '%s'/*.json '%s'/*.model '%s'/*.safetensors '%s'/",
-             dir, dir, MODEL, MODEL, MODEL, dir);
-    CHECK(system(cmd) == 0);
-    snprintf(dst, sizeof dst, "%s/generation_config.json", dir);
-    FILE *f = fopen(dst, "w");
-    CHECK(f != NULL);
-    if (!f)
-        return;
-    fprintf(f, "{\"bos_token_id\": 1, \"eos_token_id\": [2, %d]}\n", c[0].greedy[2]);
-    fclose(f);
-    hr_error err;
-    hr_model *m = NULL;
-    CHECK_OK(hr_model_load(dir, NULL, &m, &err), &err);
+    hr_model *m = test_model_ending_at(MODEL, dir, c[0].greedy[2]);
     if (!m)
         return;
+    hr_error err;
     hr_engine *e = make_engine(m, 1, 64, 128);
     hr_sampling_params sp = hr_sampling_params_default();
     sp.max_tokens = 32;

@@ -3,7 +3,8 @@
  * that compare ways of running it (test_cuda_model, test_engine_overlap;
  * include after test.h): its tokens, streamed text and finish reason, with
  * an optional cancel and a second request joining mid-run; and a model
- * whose end ids include a token a run is known to produce.
+ * whose end ids include a token a run is known to produce (test_engine
+ * too).
  */
 #ifndef HR_TEST_RUN_H
 #define HR_TEST_RUN_H
