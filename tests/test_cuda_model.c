@@ -14,8 +14,10 @@
  *     sampling kernel's token;
  *   - overlap (a lone sequence's next step queued before its token is in)
  *     changes nothing: the same tokens, text and finish reasons as without,
- *     greedy and sampled, stopped by a stop string, end of generation or a
- *     cancel in the middle of a run, and with a request joining mid-run;
+ *     greedy and sampled, stopped by a stop string, end of generation (the
+ *     model's own, or an end id the greedy run meets, in a copy of the
+ *     model that lists it) or a cancel in the middle of a run, and with a
+ *     request joining mid-run;
  *     op by op too (no persistent step), greedy and sampled.
  * Without a CUDA device it prints "SKIP: no CUDA device" and exits 77.
  *
