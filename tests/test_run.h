@@ -71,9 +71,9 @@ static inline bool test_same_run(const test_run_out *a, const test_run_out *b) {
 }
 
 /* A copy of the Hugging Face folder model (its .json, .model and
- * .safetensors files) in dir, whose end-of-generation ids are 2 and end_id:
- * a run that meets end_id ends there as if the model had ended it. NULL on
- * failure (reported). */
+ * .safetensors files) in dir, whose end-of-generation ids are 2 and end_id
+ * (the embedded model's own: bos 1, end 2, kept): a run that meets end_id
+ * ends there as if the model had ended it. NULL on failure (reported). */
 static inline hr_model *test_model_ending_at(const char *model, const char *dir,
                                              int32_t end_id) {
     char cmd[2048];
