@@ -281,6 +281,8 @@ typedef struct {
     bool logits_all;       /* keep logits of every prompt row (perplexity) */
     bool attn_naive;       /* cuda: the simple attention kernel, not flash (benchmarks) */
     bool no_graphs;        /* cuda: no CUDA graphs (benchmarks) */
+    bool no_norm_fold;     /* cuda: each RMSNorm's weight applied by the norm, not folded
+                              into the bf16 matrix after it at load (benchmarks, checks) */
     bool no_overlap;       /* cuda: wait for each decode step before queuing the next, instead
                               of queuing a lone sequence's next step while the host takes in
                               the token before (benchmarks) */

@@ -108,6 +108,10 @@ typedef struct {
     hr_backend *b;
     be_weight *wqkv, *wo, *wgu, *wdown, *emb;
     be_vector *norm;
+    /* the same qkv and norm again, the norm passed to weight_create as the
+     * one that feeds it: the GPU folds its weight in (bf16), the CPU never */
+    be_weight *wqkv_f;
+    be_vector *norm_f;
     be_tensor x, xb, xp, qkv, att, gu, h, xo, logits;
 } side;
 
@@ -120,14 +124,17 @@ static bool setup_side(side *s, hr_backend *b, model_tensor *const *qkv_parts,
     const hr_backend_ops *o = b->ops;
     s->b = b;
     const int64_t B = cfg->max_rows, qkv_cols = (int64_t)(sh->H + 2 * sh->Hkv) * sh->Dh;
-    bool ok = o->weight_create(b, (const model_tensor *const *)qkv_parts,
-                               sh->bias ? (const model_tensor *const *)qkv_bias : NULL, 3,
+    const model_tensor *const *bias = sh->bias ? (const model_tensor *const *)qkv_bias : NULL;
+    bool ok = o->weight_create(b, (const model_tensor *const *)qkv_parts, bias, 3, NULL,
                                &s->wqkv, &err) == HR_OK &&
-              o->weight_create(b, &wo, NULL, 1, &s->wo, &err) == HR_OK &&
-              o->weight_create(b, (const model_tensor *const *)gu_parts, NULL, 2, &s->wgu,
-                               &err) == HR_OK &&
-              o->weight_create(b, &wdown, NULL, 1, &s->wdown, &err) == HR_OK &&
-              o->weight_create(b, &emb, NULL, 1, &s->emb, &err) == HR_OK &&
+              o->vector_create(b, norm, &s->norm_f, &err) == HR_OK &&
+              o->weight_create(b, (const model_tensor *const *)qkv_parts, bias, 3, s->norm_f,
+                               &s->wqkv_f, &err) == HR_OK &&
+              o->weight_create(b, &wo, NULL, 1, NULL, &s->wo, &err) == HR_OK &&
+              o->weight_create(b, (const model_tensor *const *)gu_parts, NULL, 2, NULL,
+                               &s->wgu, &err) == HR_OK &&
+              o->weight_create(b, &wdown, NULL, 1, NULL, &s->wdown, &err) == HR_OK &&
+              o->weight_create(b, &emb, NULL, 1, NULL, &s->emb, &err) == HR_OK &&
               o->vector_create(b, norm, &s->norm, &err) == HR_OK &&
               o->tensor_alloc(b, B, sh->D, false, &s->x, &err) == HR_OK &&
               o->tensor_alloc(b, B, sh->D, true, &s->xb, &err) == HR_OK &&
@@ -214,7 +221,8 @@ typedef enum { ATTN_FLASH, ATTN_FLASH_ONE_SPLIT, ATTN_NAIVE } attn_mode;
 /* A whole layer as a decode step of one row (sequence 1 at position 101):
  * on the GPU one persistent kernel when the shape allows it (persistent.cu:
  * norms folded into the GEMVs, rotations into the attention, ...), else op
- * by op. The tensors the persistent step writes are compared with the CPU's:
+ * by op; its first norm's weight is folded into qkv (bf16 shapes), the
+ * others' are not. The tensors the persistent step writes are compared with the CPU's:
  * the GPU rounds its intermediate activations to the compute type where the
  * CPU keeps f32, a few roundings along the chain, so the bounds are the
  * end-to-end ones test_cuda_model holds against transformers. */
@@ -233,8 +241,8 @@ static void check_decode_step(const shape *sh, side *C, side *G, const int32_t *
         const hr_backend_ops *op = b->ops;
         CHECK_OK(op->begin_step(b, &dec.step, &err), &err);
         op->embed(b, &s->x, s->emb);
-        op->rmsnorm(b, &s->xb, &s->x, s->norm, 1e-5f, 1);
-        op->matmul(b, &s->qkv, &s->xb, s->wqkv, 1);
+        op->rmsnorm(b, &s->xb, &s->x, s->norm_f, 1e-5f, 1); /* folded on the GPU (bf16) */
+        op->matmul(b, &s->qkv, &s->xb, s->wqkv_f, 1);
         op->rope_kv_store(b, 0, &s->qkv, inv_freq, ROPE_STYLE_NEOX, sh->H, sh->Hkv, sh->Dh);
         op->attention(b, 0, &s->att, &s->qkv);
         op->matmul(b, &s->xp, &s->att, s->wo, 1);
@@ -388,6 +396,27 @@ static void run_shape(const shape *sh, attn_mode mode) {
         /* gate/up is kept narrow on the GPU: one rounding of the f32 sum */
         compare("matmul gu", sh, &C, &G, &C.gu, &G.gu, 8, r16, 1e-4, 1e-4);
         free(xin);
+
+        /* a norm and the matrix it feeds, the norm's weight folded into the
+         * matrix on the GPU (bf16 shapes; f16 keeps it apart). Against the
+         * CPU's f32 x / rms and unfolded W, each product t_k = W_k w_k x_k /
+         * rms gets two roundings (x / rms, and W_k w_k), each within 2^-9
+         * relative (bf16), of random sign: an output's error has a standard
+         * deviation of ~0.8 2^-9 |t|, |t| ~ max |y| / 3 over these rows, so
+         * r16 max |y| is ~8 of them. A weight left out or applied twice is
+         * off by w (1 +- 0.2): NMSE ~1e-2. */
+        float *xf = rand_vec(R * sh->D, 2.0f, HR_DTYPE_F32);
+        write_both(&C, &G, &C.x, &G.x, R, xf);
+        const int64_t fold_rows[2] = {3, R}; /* the GEMV path, then the GEMM path */
+        for (int i = 0; i < 2; i++) {
+            co->rmsnorm(cb, &C.xb, &C.x, C.norm_f, 1e-5f, fold_rows[i]);
+            go->rmsnorm(gb, &G.xb, &G.x, G.norm_f, 1e-5f, fold_rows[i]);
+            co->matmul(cb, &C.qkv, &C.xb, C.wqkv_f, fold_rows[i]);
+            go->matmul(gb, &G.qkv, &G.xb, G.wqkv_f, fold_rows[i]);
+            compare(i ? "fold gemm" : "fold gemv", sh, &C, &G, &C.qkv, &G.qkv, fold_rows[i],
+                    sh->bias ? 2 * r16 : r16, r16, 1e-4);
+        }
+        free(xf);
         /* a step of max_rows */
         const int64_t T = cfg.max_rows;
         xin = rand_vec(T * sh->D, 1.0f, ck);

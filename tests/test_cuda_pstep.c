@@ -17,7 +17,10 @@
  * Shapes: tinyllama-1.1b (head size 64, 8 query heads a kv head) past the
  * persistent step's longest context (the steps after it run op by op), and
  * in f16; llama2-7b (head size 128); llama3-8b (a vocabulary the lm head
- * takes in several ops, the widest F, 4 query heads a kv head). Both paths
+ * takes in several ops, the widest F, 4 query heads a kv head). In bf16
+ * the norms' weights are folded into the matrices after them (the
+ * default), so the persistent step runs its form that loads none; in f16
+ * the form that loads them. Both paths
  * round at the same points; they sum in different orders, so a bf16
  * rounding can differ by one unit here and there: the bounds are the ones
  * test_cuda_model holds against transformers, |a - b| <= 0.03 max|b| +

@@ -96,10 +96,15 @@ typedef struct {
 
     /* Setup, before the first step: weights (parts stacked along the output
      * dimension; biases optional, one per part or NULL), norm vectors, then
-     * activations, KV pool and workspaces for cfg. */
+     * activations, KV pool and workspaces for cfg.
+     * fold: the norm whose output is this matrix's only input (created
+     * before it), or NULL. A backend may fold the norm's weight into the
+     * matrix's columns (W[:, k] * w[k], rounded once) and then apply that
+     * norm without its weight: the same product, with the rounding in W
+     * rather than in the norm's output. A norm feeds one matrix at most. */
     hr_status (*weight_create)(hr_backend *b, const model_tensor *const *parts,
-                               const model_tensor *const *biases, int n_parts, be_weight **out,
-                               hr_error *err);
+                               const model_tensor *const *biases, int n_parts, be_vector *fold,
+                               be_weight **out, hr_error *err);
     hr_status (*vector_create)(hr_backend *b, const model_tensor *t, be_vector **out,
                                hr_error *err);
     /* narrow: the tensor may be kept in the 16-bit compute type: it feeds a
@@ -199,6 +204,8 @@ typedef struct {
     hr_dtype compute;     /* cuda: bf16 or f16, weights and matmul inputs */
     bool attn_naive;      /* cuda: the simple attention kernel instead of flash */
     bool no_graphs;       /* cuda: launch every kernel instead of replaying a graph */
+    bool no_norm_fold;    /* cuda: keep each norm's weight apart even where it could be
+                             folded into the bf16 matrix after it (weight_create) */
     bool progress;        /* show weight upload progress on stderr */
     bool skip_upload;     /* cuda: allocate weights but copy nothing (memory and speed
                              measurements without weight values) */

@@ -36,7 +36,9 @@ static void help(FILE *f) {
                "  --attn LIST    cuda: flash, naive or flash,naive\n"
                "  --graphs LIST  cuda: on, off or on,off\n"
                "  --overlap LIST cuda: on, off or on,off (a lone sequence's next step\n"
-               "                 queued before the host has the token of the one before)\n");
+               "                 queued before the host has the token of the one before)\n"
+               "  --norm-fold LIST cuda: on, off or on,off (each norm's weight folded into\n"
+               "                 the bf16 matrix after it; f16 rows are always off)\n");
     cli_engine_help(f);
 }
 
@@ -175,8 +177,8 @@ int cmd_bench(int argc, char **argv) {
     bool json = false;
     static const char *const dtypes[] = {"bf16", "f16"}, *const attns[] = {"flash", "naive"},
                              *const onoff[] = {"on", "off"};
-    int dt_v[2] = {0}, attn_v[2] = {0}, graph_v[2] = {0}, over_v[2] = {0};
-    int n_dt = 1, n_attn = 1, n_graph = 1, n_over = 1;
+    int dt_v[2] = {0}, attn_v[2] = {0}, graph_v[2] = {0}, over_v[2] = {0}, fold_v[2] = {0};
+    int n_dt = 1, n_attn = 1, n_graph = 1, n_over = 1, n_fold = 1;
     for (int i = 1; i < argc; i++) {
         int r = cli_engine_option(argc, argv, &i, &o);
         if (r < 0)
@@ -215,6 +217,10 @@ int cmd_bench(int argc, char **argv) {
             if (!cli_value(argc, argv, &i, &v) ||
                 (n_over = parse_list("--overlap", v, onoff, 2, over_v)) < 0)
                 return 1;
+        } else if (strcmp(argv[i], "--norm-fold") == 0) {
+            if (!cli_value(argc, argv, &i, &v) ||
+                (n_fold = parse_list("--norm-fold", v, onoff, 2, fold_v)) < 0)
+                return 1;
         } else if (strcmp(argv[i], "--json") == 0) {
             json = true;
         } else {
@@ -250,8 +256,8 @@ int cmd_bench(int argc, char **argv) {
     hr_dtype wt = main_weight_type(m);
     printf("model %s (%s, %s weights), batch %lld, prompt %lld, gen %lld\n", shape, in.name,
            hr_dtype_name(wt), (long long)batch, (long long)prompt, (long long)gen);
-    printf("%-6s %-5s %-6s %-6s %-7s | %9s %12s %12s %10s\n", "device", "dtype", "attn",
-           "graphs", "overlap", "ttft ms", "prefill t/s", "decode t/s", "peak");
+    printf("%-6s %-5s %-6s %-6s %-7s %-4s | %9s %12s %12s %10s\n", "device", "dtype", "attn",
+           "graphs", "overlap", "fold", "ttft ms", "prefill t/s", "decode t/s", "peak");
     for (int a = 0; a < n_dt; a++) {
         hr_dtype want = dt_v[a] == 0 ? HR_DTYPE_BF16 : HR_DTYPE_F16;
         /* a synthetic model on the GPU is made in the compute type itself,
@@ -267,14 +273,16 @@ int cmd_bench(int argc, char **argv) {
             }
         }
         for (int b = 0; b < n_attn; b++)
-            for (int gv = 0; gv < n_graph * n_over; gv++) {
-                const int g = gv / n_over, ov = gv % n_over;
+            for (int gv = 0; gv < n_graph * n_over * n_fold; gv++) {
+                const int g = gv / (n_over * n_fold), ov = gv / n_fold % n_over,
+                          f = gv % n_fold;
                 hr_engine *e = NULL;
                 hr_engine_params ep = o.ep;
                 ep.dtype = want;
                 ep.attn_naive = attn_v[b] == 1;
                 ep.no_graphs = graph_v[g] == 1;
                 ep.no_overlap = over_v[ov] == 1;
+                ep.no_norm_fold = fold_v[f] == 1;
                 if (hr_engine_create(m, &ep, &e, &err) != HR_OK) {
                     cli_error("%s", err.msg);
                     goto done;
@@ -325,8 +333,9 @@ int cmd_bench(int argc, char **argv) {
                 const char *aname = cuda ? attns[attn_v[b]] : "-";
                 const char *gname = cuda ? onoff[graph_v[g]] : "-";
                 const char *oname = cuda ? onoff[over_v[ov]] : "-";
-                printf("%-6s %-5s %-6s %-6s %-7s | %9.2f %12.1f %12.2f %10s\n",
-                       hr_engine_device_name(e), dname, aname, gname, oname, ttft.median,
+                const char *fname = !cuda ? "-" : want == HR_DTYPE_BF16 ? onoff[fold_v[f]] : "off";
+                printf("%-6s %-5s %-6s %-6s %-7s %-4s | %9.2f %12.1f %12.2f %10s\n",
+                       hr_engine_device_name(e), dname, aname, gname, oname, fname, ttft.median,
                        prefill.median, decode.median, cli_bytes(peak, b1, sizeof b1));
                 if (o.mem_report)
                     cli_memory_report(e, "after generation");
@@ -334,7 +343,7 @@ int cmd_bench(int argc, char **argv) {
                     printf("{\"commit\": \"%s\", \"date\": \"%s\", \"machine\": \"%s\", "
                            "\"device\": \"%s\", \"shape\": \"%s\", \"weights\": \"%s\", "
                            "\"dtype\": \"%s\", \"attn\": \"%s\", \"graphs\": \"%s\", "
-                           "\"overlap\": \"%s\", "
+                           "\"overlap\": \"%s\", \"norm_fold\": \"%s\", "
                            "\"batch\": %lld, \"prompt\": %lld, \"gen\": %lld, \"threads\": %d, "
                            "\"ttft_ms\": %.3f, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.3f, "
                            "\"repeat\": %lld, \"prefill_tok_s_range\": [%.2f, %.2f], "
@@ -343,7 +352,7 @@ int cmd_bench(int argc, char **argv) {
                            HR_BUILD_COMMIT[0] ? HR_BUILD_COMMIT : "unknown", date,
                            hr_engine_device_desc(e),
                            hr_engine_device_name(e), shape, hr_dtype_name(wt), dname, aname,
-                           gname, oname, (long long)batch, (long long)prompt, (long long)gen,
+                           gname, oname, fname, (long long)batch, (long long)prompt, (long long)gen,
                            o.ep.n_threads, ttft.median, prefill.median, decode.median,
                            (long long)repeat, prefill.min, prefill.max, decode.min, decode.max,
                            (unsigned long long)peak,

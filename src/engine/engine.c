@@ -174,6 +174,7 @@ void engine_config(const hr_model *m, const hr_engine_params *p, be_config *cfg,
                       .compute = p->dtype,
                       .attn_naive = p->attn_naive,
                       .no_graphs = p->no_graphs,
+                      .no_norm_fold = p->no_norm_fold,
                       .progress = p->progress,
                       .skip_upload = p->skip_upload};
     /* cpu: the matrices leave the file mapping for huge-page memory, unless

@@ -18,6 +18,10 @@
  *     x   += h . Wdown^T ;  xb = rmsnorm(x) * (next attn_norm | output_norm)
  *   logits = gather(xb, wanted rows) . Wout^T             (n_out, V)
  *
+ * A backend may fold each norm's weight into the matrix after it at load
+ * (weight_create's fold: the CUDA backend does for bf16), the norm then
+ * applying none.
+ *
  * This mirrors transformers' LlamaDecoderLayer: residual = h;
  * h = input_layernorm(h); h = self_attn(h); h = residual + h; residual = h;
  * h = post_attention_layernorm(h); h = mlp(h); h = residual + h.
@@ -66,6 +70,7 @@ typedef struct {
     const model_tensor *parts[3];
     const model_tensor *biases[3]; /* NULL entries: no bias */
     int n_parts;
+    be_vector *const *fold;        /* the norm that feeds it (weight_create's fold), or NULL */
     be_weight **slot;              /* where llama_create keeps it (NULL in a plan) */
 } weight_spec;
 
@@ -87,21 +92,32 @@ static hr_status each_weight(const hr_model *m, llama *lm,
     const hr_model_info *in = &m->info;
     weight_spec w = {.parts = {m->tok_embd}, .n_parts = 1, .slot = lm ? &lm->tok_embd : NULL};
     HR_TRY(fw(ctx, &w));
-    if (m->output != m->tok_embd) { /* tied: the embedding serves as the head */
-        w = (weight_spec){.parts = {m->output}, .n_parts = 1, .slot = lm ? &lm->output : NULL};
-        HR_TRY(fw(ctx, &w));
-    }
     vector_spec v = {.t = m->output_norm, .slot = lm ? &lm->output_norm : NULL};
     HR_TRY(fv(ctx, &v));
+    /* tied: the embedding serves as the head (and takes no norm's weight:
+     * the embedding reads it too) */
+    if (m->output != m->tok_embd) {
+        w = (weight_spec){.parts = {m->output},
+                          .n_parts = 1,
+                          .fold = lm ? &lm->output_norm : NULL,
+                          .slot = lm ? &lm->output : NULL};
+        HR_TRY(fw(ctx, &w));
+    }
     for (int32_t l = 0; l < in->n_layer; l++) {
         const model_layer *L = &m->layers[l];
         llama_layer *W = lm ? &lm->layers[l] : NULL;
         vector_spec vs[2] = {{L->attn_norm, W ? &W->attn_norm : NULL},
                              {L->ffn_norm, W ? &W->ffn_norm : NULL}};
         weight_spec ws[4] = {
-            {.parts = {L->wq, L->wk, L->wv}, .n_parts = 3, .slot = W ? &W->wqkv : NULL},
+            {.parts = {L->wq, L->wk, L->wv},
+             .n_parts = 3,
+             .fold = W ? &W->attn_norm : NULL,
+             .slot = W ? &W->wqkv : NULL},
             {.parts = {L->wo}, .n_parts = 1, .slot = W ? &W->wo : NULL},
-            {.parts = {L->w_gate, L->w_up}, .n_parts = 2, .slot = W ? &W->w_gate_up : NULL},
+            {.parts = {L->w_gate, L->w_up},
+             .n_parts = 2,
+             .fold = W ? &W->ffn_norm : NULL,
+             .slot = W ? &W->w_gate_up : NULL},
             {.parts = {L->w_down}, .n_parts = 1, .slot = W ? &W->w_down : NULL}};
         if (in->qkv_bias) {
             ws[0].biases[0] = L->bq;
@@ -146,7 +162,8 @@ static hr_status create_weight(void *ctx, const weight_spec *w) {
     const model_tensor *const *biases = w->biases[0] || w->biases[1] || w->biases[2]
                                             ? w->biases
                                             : NULL;
-    return c->be->ops->weight_create(c->be, w->parts, biases, w->n_parts, w->slot, c->err);
+    return c->be->ops->weight_create(c->be, w->parts, biases, w->n_parts,
+                                     w->fold ? *w->fold : NULL, w->slot, c->err);
 }
 
 static hr_status create_vector(void *ctx, const vector_spec *v) {

@@ -69,6 +69,7 @@ struct be_weight {
 struct be_vector {
     float *data; /* (n) f32 */
     int64_t n;
+    bool folded; /* into the matrix it feeds (weight_create): data is all ones */
 };
 
 typedef struct {
@@ -139,6 +140,7 @@ typedef struct {
         bool on;
         const float *x;
         const float *w;
+        bool folded;    /* w is all ones (be_vector) */
         void *y;
         float eps;
         int32_t D;
@@ -407,9 +409,31 @@ static hr_status upload(cuda_backend *c, void *dst, const model_tensor *t, hr_er
     return s;
 }
 
+/* Folds norm weight v into W's columns. Only for bf16: the products of
+ * small weights and small norm weights can fall below f16's normal range
+ * (6.1e-5), where it keeps fewer bits than the norm's output would have.
+ * Why fold at all: the persistent decode step then loads no norm weights
+ * after its barriers (persistent.cu's header, "Landed later"). */
+static hr_status fold_norm(cuda_backend *c, be_weight *w, be_vector *v, hr_error *err) {
+    if (c->p.no_norm_fold || c->p.compute != HR_DTYPE_BF16)
+        return HR_OK;
+    if (v->folded || v->n != w->k)
+        return hr_err_set(err, HR_ERR_INVALID,
+                          "cuda: a norm of %lld elements folded into a matrix of %lld columns%s",
+                          (long long)v->n, (long long)w->k,
+                          v->folded ? " after it was folded into another" : "");
+    ck_fold_norm(c->stream, w->w, w->n_rows, (int)w->k, v->data, !c->p.skip_upload, c->dt);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return hr_err_set(err, HR_ERR_DEVICE, "cuda: folding a norm weight: %s",
+                          cudaGetErrorString(e));
+    v->folded = true;
+    return HR_OK;
+}
+
 static hr_status cuda_weight_create(hr_backend *b, const model_tensor *const *parts,
                                     const model_tensor *const *biases, int n_parts,
-                                    be_weight **out, hr_error *err) {
+                                    be_vector *fold, be_weight **out, hr_error *err) {
     cuda_backend *c = (cuda_backend *)b;
     be_weight *w = hr_calloc(1, sizeof *w);
     if (!w)
@@ -434,6 +458,8 @@ static hr_status cuda_weight_create(hr_backend *b, const model_tensor *const *pa
         s = upload(c, (uint8_t *)w->w + (size_t)at * (size_t)w->k * 2, parts[i], err);
         at += parts[i]->ne[1];
     }
+    if (s == HR_OK && fold)
+        s = fold_norm(c, w, fold, err);
     if (s == HR_OK && any_bias) {
         float *hb = hr_calloc((size_t)w->n_rows, sizeof(float));
         s = hb ? dev_alloc(c, (size_t)w->n_rows * sizeof(float), MEM_WEIGHTS, "bias",
@@ -796,6 +822,7 @@ static void pstep_flush_norm(cuda_backend *c) {
         return;
     op->norm.x = c->pending_norm.x;
     op->norm.w = c->pending_norm.w;
+    op->norm.folded = c->pending_norm.folded;
     op->norm.y = c->pending_norm.y;
     op->norm.eps = c->pending_norm.eps;
     op->norm.D = c->pending_norm.D;
@@ -855,9 +882,18 @@ static void pstep_run(cuda_backend *c, const ck_chain *greedy) {
         memcpy(c->prog_uploaded, c->prog, bytes);
         c->n_uploaded = c->n_prog;
     }
+    /* the kernel that loads no norm weights, when no norm needs one (a tied
+     * lm head keeps the final norm's weight: weight_create) */
+    bool folded = true;
+    for (int32_t i = 0; i < c->n_prog; i++) {
+        const ck_pstep_op *op = &c->prog[i];
+        if ((op->kind == CKP_GEMV && op->gemv.norm_x && !op->gemv.norm_folded) ||
+            (op->kind == CKP_NORM && !op->norm.folded))
+            folded = false;
+    }
     mark(c, "persistent step", 0, 0);
     ck_pstep_run(c->stream, c->d_prog, c->n_prog, c->pstep_max_k, c->d_psync, c->dt,
-                 c->base.info->head_dim, c->d_trace, c->d_tok, greedy);
+                 c->base.info->head_dim, folded, c->d_trace, c->d_tok, greedy);
     op_error(c, "persistent step");
 }
 
@@ -895,6 +931,7 @@ static void pstep_norm(cuda_backend *c, const be_tensor *x, const be_tensor *dx,
     c->pending_norm.on = true;
     c->pending_norm.x = x->data;
     c->pending_norm.w = w->data;
+    c->pending_norm.folded = w->folded;
     c->pending_norm.y = y->data;
     c->pending_norm.eps = eps;
     c->pending_norm.D = (int32_t)x->cols;
@@ -918,6 +955,7 @@ static void pstep_gemv(cuda_backend *c, be_tensor *y, const be_tensor *x, const 
         if (take_norm) {
             op->gemv.norm_x = c->pending_norm.x;
             op->gemv.norm_w = c->pending_norm.w;
+            op->gemv.norm_folded = c->pending_norm.folded;
             op->gemv.eps = c->pending_norm.eps;
             if (via_gather && r0 == 0)
                 op->gemv.norm_y = c->pending_norm.y; /* block 0 stores the norm's row */

@@ -1,11 +1,12 @@
 /*
  * elementwise.cu — the small row ops: embedding lookup, SwiGLU, gathering
- * the rows that want logits, bias add, and f32 -> ck conversion. SwiGLU
- * reads a prefill's largest activation (n x 2F ck, 90 MB at 2048 rows of
- * Llama-2-7B), so it runs at the bandwidth: 8 elements per thread with
- * 16-byte accesses where rows allow (4 with 8-byte ones took a 2048-row
- * step from 41.7 to 37.1 us, H200, 2026-11-30), else 4, no 64-bit division
- * per element (as a grid-stride loop it reached 2.1 TB/s).
+ * the rows that want logits, bias add; and a norm weight folded into the
+ * matrix after it, at upload. SwiGLU reads a prefill's largest activation
+ * (n x 2F ck, 90 MB at 2048 rows of Llama-2-7B), so it runs at the
+ * bandwidth: 8 elements per thread with 16-byte accesses where rows allow
+ * (4 with 8-byte ones took a 2048-row step from 41.7 to 37.1 us, H200,
+ * 2026-11-30), else 4, no 64-bit division per element (as a grid-stride
+ * loop it reached 2.1 TB/s).
  * The others are grid-stride loops over elements that move little data.
  */
 #include "backend/cuda/common.cuh"
@@ -124,15 +125,27 @@ extern "C" void ck_add_bias(cudaStream_t s, void *y, bool y_ck, int64_t ldy, con
         add_bias_kernel<float><<<blocks, 256, 0, s>>>((float *)y, ldy, bias, n, N);
 }
 
-template <typename T> __global__ void convert_kernel(T *dst, const float *src, int64_t n) {
+/* W[r][k] = ck(W[r][k] * w[k]): a norm weight folded into the columns of the
+ * matrix after the norm, once at upload (one rounding, as a host conversion
+ * of the product would make) */
+template <typename T>
+__global__ void scale_cols_kernel(T *W, const float *w, int64_t n, int K) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        ck_from_f32(&dst[i], src[i]);
+        ck_from_f32(&W[i], ck_to_f32(W[i]) * w[i % K]);
 }
 
-extern "C" void ck_convert_f32_to_ck(cudaStream_t s, void *dst, const float *src, int64_t n,
-                                     ck_dtype dt) {
+__global__ void ones_kernel(float *w, int K) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < K; i += gridDim.x * blockDim.x)
+        w[i] = 1.0f;
+}
+
+extern "C" void ck_fold_norm(cudaStream_t s, void *W, int64_t rows, int K, float *w, bool scale,
+                             ck_dtype dt) {
+    const int64_t n = rows * K;
     unsigned blocks = ck_blocks(n, 256);
     blocks = blocks > 8192 ? 8192 : blocks;
-    CK_DISPATCH(dt, convert_kernel<T><<<blocks, 256, 0, s>>>((T *)dst, src, n));
+    if (scale)
+        CK_DISPATCH(dt, scale_cols_kernel<T><<<blocks, 256, 0, s>>>((T *)W, w, n, K));
+    ones_kernel<<<ck_blocks(K, 256), 256, 0, s>>>(w, K);
 }

@@ -75,8 +75,12 @@ void ck_gather(cudaStream_t s, void *y, int64_t ldy, const void *x, int64_t ldx,
 void ck_add_bias(cudaStream_t s, void *y, bool y_ck, int64_t ldy, const float *bias, int n,
                  int N, ck_dtype dt);
 
-/* dst ck = src f32, n elements (weight upload conversions) */
-void ck_convert_f32_to_ck(cudaStream_t s, void *dst, const float *src, int64_t n, ck_dtype dt);
+/* A norm's weight w (K, f32) folded into the matrix W (rows, K) ck that the
+ * norm feeds: column k times w[k], rounded once (when scale: a measurement
+ * without weight values skips it), then w all ones, so the norm kernels
+ * apply it as a no-op and the persistent step may skip it */
+void ck_fold_norm(cudaStream_t s, void *W, int64_t rows, int K, float *w, bool scale,
+                  ck_dtype dt);
 
 /* ---- matrix-vector products for decode (gemv.cu) */
 
@@ -185,6 +189,7 @@ typedef struct {
     void *y;             /* unused with resid */
     const float *norm_x; /* if set, x = ck(norm_w * (norm_x / rms(norm_x))) */
     const float *norm_w;
+    int32_t norm_folded; /* norm_w is all ones, the norm's weight folded into W */
     void *norm_y;        /* if set (with norm_x), block 0 also stores x (ck) there */
     float *resid;        /* if set, resid += y (rounded to ck first if y_ck) */
     float eps;
@@ -213,6 +218,7 @@ typedef struct {
             void *y;
             float eps;
             int32_t D;
+            int32_t folded; /* w is all ones, folded into the matrix after the norm */
         } norm;
         ck_pstep_gemv gemv;
         struct {
@@ -274,10 +280,13 @@ typedef struct {
  * max), block 0 past it. greedy: NULL, or the step's one row samples
  * greedily: the logits GEMVs rank their rows as they write them and the
  * last block to finish emits the argmax as ck_sample would (tokens[0], and
- * the chain's advance when greedy->tok is set), so no sampling kernel runs. */
+ * the chain's advance when greedy->tok is set), so no sampling kernel runs.
+ * folded: every norm of the program has its weight folded into the matrix
+ * after it (norm_folded / norm.folded all set): a kernel that loads none. */
 #define CK_PSTEP_SYNC 4
 void ck_pstep_run(cudaStream_t s, const ck_pstep_op *ops, int n_op, int max_k, unsigned *sync,
-                  ck_dtype dt, int dh, uint64_t *trace, int32_t *tokens, const ck_chain *greedy);
+                  ck_dtype dt, int dh, bool folded, uint64_t *trace, int32_t *tokens,
+                  const ck_chain *greedy);
 
 /* ---- sampling (sample.cu) */
 

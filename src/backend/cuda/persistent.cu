@@ -386,14 +386,28 @@
  * and w: correct (test_cuda_pstep 60/60, test_cuda_model 140/140, planner
  * sweep worst 0.08%) but 282.1 against 285.3 (4 bytes spilled).
  *
+ * Landed later (H200, 2026-12-01, bench/results/2026-12-01-h200-norm-
+ * fold.jsonl, two calls): for bf16, each norm's weight folded into the
+ * columns of the matrix after it at load (qkv, gate/up, an untied lm head;
+ * cuda_backend.c's fold_norm), so that a step whose norms are all folded
+ * runs a form of this kernel that loads no norm weights (kFolded): 290.4,
+ * 290.4, 290.1 tok/s against 288.7, 288.4, 288.4 for the commit before
+ * (and 288.7, 288.6, 288.8 for this build with the fold off) in one call;
+ * test_cuda_pstep 60/60, test_backend_ops 1250/1250, test_cuda_model
+ * 180/180 (the fixtures' logits and perplexity against transformers, bf16
+ * folded and not). First tried as a branch on a NULL w in one kernel:
+ * 287.1, 287.2 folded, 283.0, 283.1 not, against 285.2, 285.1 for the
+ * commit before (a slower machine): the branch alone cost 0.7%.
+ *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
  * their x loads and norms 228, the attention 371, the grid barriers 534;
  * with all of those out the ring alone streams the weights in 2901 us
  * (4.55 TB/s), 3264 with the barriers kept. So HBM idles whenever the
  * consumers of all blocks wait at once, which the barriers make them do:
- * the ring is what HBM needs in flight, with little to spare. Not
- * reached: 290 tok/s.
+ * the ring is what HBM needs in flight, with little to spare. (Measured
+ * before the norm fold above; 290 tok/s is reached with it only on the
+ * faster of the machines lent, ~1.3% apart.)
  *
  * Each GEMV waits for its slowest block, and which blocks are slow does
  * not change: with every block's arrival at the barriers timed (one call,
@@ -664,10 +678,13 @@ __device__ __forceinline__ float consumers_sum(float v, float *scratch) {
 
 /* y (D, ck) = w * (x * scale), scale = 1 / rms(x) (+ eps), as
  * ck_add_rmsnorm; every consumer thread of the block takes part, loads of a
- * chunk of kNormPer elements a thread before its stores */
+ * chunk of kNormPer elements a thread before its stores. kFolded: every
+ * norm of the step has its weight folded into the matrix after it (w is
+ * all ones), so y = x * scale and w is not loaded. A kernel of its own
+ * rather than a branch: a branch on w cost 0.7% (header). */
 constexpr int kNormPer = 8;
 
-template <class T>
+template <class T, bool kFolded>
 __device__ __forceinline__ void norm_into(const float *x, const float *w, float eps, int D,
                                           T *y, float *scratch) {
     constexpr int kRegs = 2 * kNormPer;
@@ -678,7 +695,8 @@ __device__ __forceinline__ void norm_into(const float *x, const float *w, float 
         for (int j = 0; j < kRegs; j++) {
             const int d = threadIdx.x + j * kConsumers;
             v[j] = d < D ? __ldcg(x + d) : 0.0f;
-            wv[j] = d < D ? w[d] : 0.0f;
+            if constexpr (!kFolded)
+                wv[j] = d < D ? w[d] : 0.0f;
         }
 #pragma unroll
         for (int j = 0; j < kRegs; j++)
@@ -688,7 +706,7 @@ __device__ __forceinline__ void norm_into(const float *x, const float *w, float 
         for (int j = 0; j < kRegs; j++) {
             const int d = threadIdx.x + j * kConsumers;
             if (d < D)
-                ck_from_f32(y + d, wv[j] * (v[j] * scale));
+                ck_from_f32(y + d, kFolded ? v[j] * scale : wv[j] * (v[j] * scale));
         }
         return;
     }
@@ -711,13 +729,14 @@ __device__ __forceinline__ void norm_into(const float *x, const float *w, float 
         for (int j = 0; j < kNormPer; j++) {
             const int d = d0 + threadIdx.x + j * kConsumers;
             v[j] = d < D ? __ldcg(x + d) : 0.0f;
-            wv[j] = d < D ? w[d] : 0.0f;
+            if constexpr (!kFolded)
+                wv[j] = d < D ? w[d] : 0.0f;
         }
 #pragma unroll
         for (int j = 0; j < kNormPer; j++) {
             const int d = d0 + threadIdx.x + j * kConsumers;
             if (d < D)
-                ck_from_f32(y + d, wv[j] * (v[j] * scale));
+                ck_from_f32(y + d, kFolded ? v[j] * scale : wv[j] * (v[j] * scale));
         }
     }
 }
@@ -789,7 +808,7 @@ __device__ __noinline__ void rank_rows(float *y, int row0, int id0, int n_run, f
     }
 }
 
-template <class T>
+template <class T, bool kFolded>
 __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ring, int n_stages,
                                         uint16_t *xs, float *acc, uint64_t *full, uint64_t *empty,
                                         int &piece, float *scratch, uint64_t *tl,
@@ -813,8 +832,8 @@ __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ri
             resid0 = __ldcg(op.gemv.resid + rows.x + tid);
     }
     if (op.gemv.norm_x) {
-        norm_into(op.gemv.norm_x, op.gemv.norm_w, op.gemv.eps, K, reinterpret_cast<T *>(xs),
-                  scratch);
+        norm_into<T, kFolded>(op.gemv.norm_x, op.gemv.norm_w, op.gemv.eps, K,
+                              reinterpret_cast<T *>(xs), scratch);
         /* each thread copies the elements it wrote (norm_into's order) */
         if (op.gemv.norm_y && blockIdx.x == 0)
             for (int d = tid; d < K; d += kConsumers)
@@ -969,10 +988,10 @@ template <class T> __device__ void embed_op(const ck_pstep_op &op) {
 }
 
 /* the final norm (the one no GEMV takes), on block 0: y = w * (x / rms(x)) */
-template <class T> __device__ void norm_op(const ck_pstep_op &op, float *scratch) {
+template <class T, bool kFolded> __device__ void norm_op(const ck_pstep_op &op, float *scratch) {
     if (blockIdx.x == 0) {
-        norm_into(op.norm.x, op.norm.w, op.norm.eps, op.norm.D, static_cast<T *>(op.norm.y),
-                  scratch);
+        norm_into<T, kFolded>(op.norm.x, op.norm.w, op.norm.eps, op.norm.D,
+                              static_cast<T *>(op.norm.y), scratch);
     }
 }
 
@@ -1320,7 +1339,7 @@ template <class T> __device__ void gather_op(const ck_pstep_op &op) {
         static_cast<T *>(op.gather.y)[d] = __ldcg(x + d);
 }
 
-template <class T, int EPL>
+template <class T, int EPL, bool kFolded>
 __global__ void __launch_bounds__(kThreads, 1)
     pstep_kernel(const ck_pstep_op *__restrict__ prog, int n_op, int x_bytes, int n_stages,
                  unsigned *sync, uint64_t *trace, uint64_t *tl, int32_t *tokens,
@@ -1373,7 +1392,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (i + 1 < n_op && prog[i + 1].kind == CKP_ATTN)
                 attn_prefetch<32 * EPL>(prog[i + 1]);
             grid_wait(before());
-            gemv_op<T>(op, ring, n_stages, xs, acc, full, empty, piece, scratch, tl, tl_op,
+            gemv_op<T, kFolded>(op, ring, n_stages, xs, acc, full, empty, piece, scratch, tl, tl_op,
                        tokens ? reinterpret_cast<unsigned long long *>(sync + 2) : nullptr);
             break;
         }
@@ -1381,7 +1400,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             attn_op<T, EPL>(op, reinterpret_cast<float *>(xs), &flag, tl_op, before());
             break;
         case CKP_EMBED: grid_wait(before()); embed_op<T>(op); break;
-        case CKP_NORM: grid_wait(before()); norm_op<T>(op, scratch); break;
+        case CKP_NORM: grid_wait(before()); norm_op<T, kFolded>(op, scratch); break;
         case CKP_SWIGLU: grid_wait(before()); swiglu_op<T>(op); break;
         case CKP_GATHER: grid_wait(before()); gather_op<T>(op); break;
         }
@@ -1486,10 +1505,10 @@ void timeline_write(cudaStream_t s, const ck_pstep_op *ops, int n_op, int blocks
     timeline.dev = nullptr;
 }
 
-template <class T, int EPL>
+template <class T, int EPL, bool kFolded>
 void pstep_launch(cudaStream_t s, const ck_pstep_op *ops, int n_op, int max_k, unsigned *sync,
                   uint64_t *trace, int32_t *tokens, const ck_chain *greedy) {
-    auto kernel = pstep_kernel<T, EPL>;
+    auto kernel = pstep_kernel<T, EPL, kFolded>;
     const pstep_layout L = layout_for(max_k, 32 * EPL);
     (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L.smem);
     /* every block must be resident at once (the grid barrier): a
@@ -1514,8 +1533,8 @@ void pstep_launch(cudaStream_t s, const ck_pstep_op *ops, int n_op, int max_k, u
 
 /* whether one block fits on an SM (registers, shared memory): the grid
  * barrier needs every block resident */
-template <class T, int EPL> bool pstep_fits(int max_k) {
-    auto kernel = pstep_kernel<T, EPL>;
+template <class T, int EPL, bool kFolded> bool pstep_fits(int max_k) {
+    auto kernel = pstep_kernel<T, EPL, kFolded>;
     const pstep_layout L = layout_for(max_k, 32 * EPL);
     int n = 0;
     return L.n_stages >= 2 &&
@@ -1532,10 +1551,11 @@ extern "C" int ck_pstep_supported(ck_dtype dt, int dh, int max_k) {
     if ((dh != 64 && dh != 128) || max_k > CK_PSTEP_MAX_K)
         return 0;
     bool ok = false;
+    /* both forms: which one runs depends on the step's norms */
     if (dh == 64)
-        CK_DISPATCH(dt, ok = pstep_fits<T, 2>(max_k));
+        CK_DISPATCH(dt, ok = pstep_fits<T, 2, false>(max_k) && pstep_fits<T, 2, true>(max_k));
     else
-        CK_DISPATCH(dt, ok = pstep_fits<T, 4>(max_k));
+        CK_DISPATCH(dt, ok = pstep_fits<T, 4, false>(max_k) && pstep_fits<T, 4, true>(max_k));
     (void)cudaGetLastError();
     return ok;
 }
@@ -1550,12 +1570,20 @@ extern "C" int ck_pstep_blocks(void) {
 }
 
 extern "C" void ck_pstep_run(cudaStream_t s, const ck_pstep_op *ops, int n_op, int max_k,
-                             unsigned *sync, ck_dtype dt, int dh, uint64_t *trace,
+                             unsigned *sync, ck_dtype dt, int dh, bool folded, uint64_t *trace,
                              int32_t *tokens, const ck_chain *greedy) {
     if (n_op <= 0)
         return;
-    if (dh == 64)
-        CK_DISPATCH(dt, pstep_launch<T, 2>(s, ops, n_op, max_k, sync, trace, tokens, greedy));
+    if (dh == 64 && folded)
+        CK_DISPATCH(dt, (pstep_launch<T, 2, true>(s, ops, n_op, max_k, sync, trace, tokens,
+                                                  greedy)));
+    else if (dh == 64)
+        CK_DISPATCH(dt, (pstep_launch<T, 2, false>(s, ops, n_op, max_k, sync, trace, tokens,
+                                                   greedy)));
+    else if (folded)
+        CK_DISPATCH(dt, (pstep_launch<T, 4, true>(s, ops, n_op, max_k, sync, trace, tokens,
+                                                  greedy)));
     else
-        CK_DISPATCH(dt, pstep_launch<T, 4>(s, ops, n_op, max_k, sync, trace, tokens, greedy));
+        CK_DISPATCH(dt, (pstep_launch<T, 4, false>(s, ops, n_op, max_k, sync, trace, tokens,
+                                                   greedy)));
 }
