@@ -47,6 +47,9 @@ if [[ $what == *bench* ]]; then
   echo "== overlap: a lone sequence's next step queued before its token is in, or not"
   $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 --repeat 3 --overlap on,off 2>&1 |
     tee -a $OUT/bench.jsonl
+  echo "== norm fold: each norm's weight folded into the bf16 matrix after it at load, or not"
+  $T 120 $B --synthetic llama2-7b --prompt 128 --gen 256 --repeat 3 --norm-fold on,off 2>&1 |
+    tee -a $OUT/bench.jsonl
   for p in 512 2048; do
     $T 120 $B --synthetic llama2-7b --prompt $p --gen 2 --repeat 7 2>&1 | tee -a $OUT/bench.jsonl
   done
@@ -104,9 +107,10 @@ import json, sys
 for l in sys.stdin:
     r = json.loads(l)
     pr, dr = r.get("prefill_tok_s_range", [0, 0]), r.get("decode_tok_s_range", [0, 0])
-    print("%-5s %-5s %-6s %-3s b%-3d p%-6d g%-4d x%-2d ttft %7.2f ms  prefill %7.0f t/s"
+    print("%-5s %-5s %-6s %-3s %-4s b%-3d p%-6d g%-4d x%-2d ttft %7.2f ms  prefill %7.0f t/s"
           " (%.0f-%.0f)  decode %7.1f t/s (%.1f-%.1f)" % (
-        r["dtype"], r["attn"], r["graphs"], r.get("overlap", "-"), r["batch"], r["prompt"],
+        r["dtype"], r["attn"], r["graphs"], r.get("overlap", "-"), r.get("norm_fold", "-"),
+        r["batch"], r["prompt"],
         r["gen"],
         r.get("repeat", 1), r["ttft_ms"], r["prefill_tok_s"], pr[0], pr[1],
         r["decode_tok_s"], dr[0], dr[1]))'
