@@ -387,17 +387,24 @@
  * sweep worst 0.08%) but 282.1 against 285.3 (4 bytes spilled).
  *
  * Landed later (H200, 2026-12-01, bench/results/2026-12-01-h200-norm-
- * fold.jsonl, two calls): for bf16, each norm's weight folded into the
- * columns of the matrix after it at load (qkv, gate/up, an untied lm head;
- * cuda_backend.c's fold_norm), so that a step whose norms are all folded
- * runs a form of this kernel that loads no norm weights (kFolded): 290.4,
- * 290.4, 290.1 tok/s against 288.7, 288.4, 288.4 for the commit before
- * (and 288.7, 288.6, 288.8 for this build with the fold off) in one call;
- * test_cuda_pstep 60/60, test_backend_ops 1250/1250, test_cuda_model
- * 180/180 (the fixtures' logits and perplexity against transformers, bf16
- * folded and not). First tried as a branch on a NULL w in one kernel:
- * 287.1, 287.2 folded, 283.0, 283.1 not, against 285.2, 285.1 for the
- * commit before (a slower machine): the branch alone cost 0.7%.
+ * fold.jsonl and ...-llama2-7b-norm-fold-check.jsonl, four calls): for
+ * bf16, each norm's weight folded into the columns of the matrix after it
+ * at load (qkv, gate/up, an untied lm head; cuda_backend.c's fold_norm), so
+ * that a step whose norms are all folded runs a form of this kernel that
+ * loads no norm weights (kFolded): 290.4, 290.4, 290.1 tok/s against
+ * 288.7, 288.4, 288.4 for the commit before (and 288.7, 288.6, 288.8 for
+ * this build with the fold off) in one call; 287.1, 287.6, 287.0 against
+ * 285.4 with the fold off in another, and 287.4, 287.6, 287.4 in a third
+ * (the machines lent differ by ~1.3%). test_cuda_pstep 60/60,
+ * test_backend_ops 1250/1250, test_cuda_model 180/180 (the fixtures'
+ * logits and perplexity against transformers, bf16 folded and not). First
+ * tried as a branch on a NULL w in one kernel: 287.1, 287.2 folded, 283.0,
+ * 283.1 not, against 285.2, 285.1 for the commit before: the branch alone
+ * cost 0.7%. Rejected (same file, one call): the folded form's norm
+ * deferred, x stored unscaled and each warp's sum of squares published by
+ * the sync after it, the GEMV's row sums scaled in its epilogue (two block
+ * syncs and the reduction's latency off the path before the GEMV; correct,
+ * test_cuda_pstep 60/60): 282.6, 282.5, 282.3 against 287.4, 287.6, 287.4.
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
