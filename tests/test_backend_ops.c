@@ -222,10 +222,12 @@ typedef enum { ATTN_FLASH, ATTN_FLASH_ONE_SPLIT, ATTN_NAIVE } attn_mode;
  * on the GPU one persistent kernel when the shape allows it (persistent.cu:
  * norms folded into the GEMVs, rotations into the attention, ...), else op
  * by op; its first norm's weight is folded into qkv (bf16 shapes), the
- * others' are not. The tensors the persistent step writes are compared with the CPU's:
- * the GPU rounds its intermediate activations to the compute type where the
- * CPU keeps f32, a few roundings along the chain, so the bounds are the
- * end-to-end ones test_cuda_model holds against transformers. */
+ * others' are not (so the kernel runs its form that loads norm weights, the
+ * folded one's all ones). The tensors the persistent step writes are
+ * compared with the CPU's: the GPU rounds its intermediate activations to
+ * the compute type where the CPU keeps f32, a few roundings along the
+ * chain, so the bounds are the end-to-end ones test_cuda_model holds
+ * against transformers. */
 static void check_decode_step(const shape *sh, side *C, side *G, const int32_t *bt,
                               int max_blocks, int BS, const float *inv_freq) {
     hr_error err;

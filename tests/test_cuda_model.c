@@ -26,9 +26,10 @@
  * every matmul input (normalised activations, attention and SwiGLU outputs)
  * to the compute type: a relative error of 2^-9 (bf16) per rounding, a few
  * roundings per layer, partly cancelling (a folded norm weight moves one
- * rounding from the norm's output into the matrix: no more of them). Logits are then off by about 1% of
- * their scale at worst: |a - b| <= 0.03 max|ref| + 0.03 |ref| and NMSE <=
- * 1e-3 (f16 keeps 3 more bits: the same bounds are loose for it).
+ * rounding from the norm's output into the matrix: no more of them).
+ * Logits are then off by about 1% of their scale at worst: |a - b| <= 0.03
+ * max|ref| + 0.03 |ref| and NMSE <= 1e-3 (f16 keeps 3 more bits: the same
+ * bounds are loose for it).
  */
 #include "engine/engine.h"
 #include "headroom.h"

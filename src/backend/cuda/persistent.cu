@@ -1399,8 +1399,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (i + 1 < n_op && prog[i + 1].kind == CKP_ATTN)
                 attn_prefetch<32 * EPL>(prog[i + 1]);
             grid_wait(before());
-            gemv_op<T, kFolded>(op, ring, n_stages, xs, acc, full, empty, piece, scratch, tl, tl_op,
-                       tokens ? reinterpret_cast<unsigned long long *>(sync + 2) : nullptr);
+            gemv_op<T, kFolded>(
+                op, ring, n_stages, xs, acc, full, empty, piece, scratch, tl, tl_op,
+                tokens ? reinterpret_cast<unsigned long long *>(sync + 2) : nullptr);
             break;
         }
         case CKP_ATTN: /* it waits itself, after the loads it can make before */
