@@ -108,10 +108,11 @@ typedef struct {
     hr_backend *b;
     be_weight *wqkv, *wo, *wgu, *wdown, *emb;
     be_vector *norm;
-    /* the same qkv and norm again, the norm passed to weight_create as the
-     * one that feeds it: the GPU folds its weight in (bf16), the CPU never */
-    be_weight *wqkv_f;
-    be_vector *norm_f;
+    /* the same qkv, gate/up and (untied) head again, each with its own copy
+     * of the norm passed to weight_create as the one that feeds it: the GPU
+     * folds its weight in (bf16), the CPU never */
+    be_weight *wqkv_f, *wgu_f, *head_f;
+    be_vector *norm_f, *norm_gu_f, *norm_head_f;
     be_tensor x, xb, xp, qkv, att, gu, h, xo, logits;
 } side;
 
@@ -130,6 +131,11 @@ static bool setup_side(side *s, hr_backend *b, model_tensor *const *qkv_parts,
               o->vector_create(b, norm, &s->norm_f, &err) == HR_OK &&
               o->weight_create(b, (const model_tensor *const *)qkv_parts, bias, 3, s->norm_f,
                                &s->wqkv_f, &err) == HR_OK &&
+              o->vector_create(b, norm, &s->norm_gu_f, &err) == HR_OK &&
+              o->weight_create(b, (const model_tensor *const *)gu_parts, NULL, 2, s->norm_gu_f,
+                               &s->wgu_f, &err) == HR_OK &&
+              o->vector_create(b, norm, &s->norm_head_f, &err) == HR_OK &&
+              o->weight_create(b, &emb, NULL, 1, s->norm_head_f, &s->head_f, &err) == HR_OK &&
               o->weight_create(b, &wo, NULL, 1, NULL, &s->wo, &err) == HR_OK &&
               o->weight_create(b, (const model_tensor *const *)gu_parts, NULL, 2, NULL,
                                &s->wgu, &err) == HR_OK &&
@@ -221,15 +227,16 @@ typedef enum { ATTN_FLASH, ATTN_FLASH_ONE_SPLIT, ATTN_NAIVE } attn_mode;
 /* A whole layer as a decode step of one row (sequence 1 at position 101):
  * on the GPU one persistent kernel when the shape allows it (persistent.cu:
  * norms folded into the GEMVs, rotations into the attention, ...), else op
- * by op; its first norm's weight is folded into qkv (bf16 shapes), the
- * others' are not (so the kernel runs its form that loads norm weights, the
- * folded one's all ones). The tensors the persistent step writes are
- * compared with the CPU's: the GPU rounds its intermediate activations to
- * the compute type where the CPU keeps f32, a few roundings along the
- * chain, so the bounds are the end-to-end ones test_cuda_model holds
- * against transformers. */
+ * by op. Twice: with the first norm's weight folded into qkv (bf16 shapes)
+ * and the others' not (so the kernel runs its form that loads norm weights,
+ * the folded one's all ones), then with all three folded (qkv, gate/up and
+ * an untied head: the form that loads none; f16 shapes fold nothing). The
+ * tensors the persistent step writes are compared with the CPU's: the GPU
+ * rounds its intermediate activations to the compute type where the CPU
+ * keeps f32, a few roundings along the chain, so the bounds are the
+ * end-to-end ones test_cuda_model holds against transformers. */
 static void check_decode_step(const shape *sh, side *C, side *G, const int32_t *bt,
-                              int max_blocks, int BS, const float *inv_freq) {
+                              int max_blocks, int BS, const float *inv_freq, bool all_folded) {
     hr_error err;
     step_buf dec = {.step = {.block_tables = bt}};
     add_segment(&dec, bt, max_blocks, BS, 1, 101, 1, true);
@@ -248,28 +255,35 @@ static void check_decode_step(const shape *sh, side *C, side *G, const int32_t *
         op->rope_kv_store(b, 0, &s->qkv, inv_freq, ROPE_STYLE_NEOX, sh->H, sh->Hkv, sh->Dh);
         op->attention(b, 0, &s->att, &s->qkv);
         op->matmul(b, &s->xp, &s->att, s->wo, 1);
-        op->add_rmsnorm(b, &s->x, &s->xp, &s->xb, s->norm, 1e-5f);
-        op->matmul(b, &s->gu, &s->xb, s->wgu, 1);
+        op->add_rmsnorm(b, &s->x, &s->xp, &s->xb, all_folded ? s->norm_gu_f : s->norm, 1e-5f);
+        op->matmul(b, &s->gu, &s->xb, all_folded ? s->wgu_f : s->wgu, 1);
         op->swiglu(b, &s->h, &s->gu);
         op->matmul(b, &s->xp, &s->h, s->wdown, 1);
-        op->add_rmsnorm(b, &s->x, &s->xp, &s->xb, s->norm, 1e-5f);
+        op->add_rmsnorm(b, &s->x, &s->xp, &s->xb, all_folded ? s->norm_head_f : s->norm, 1e-5f);
         op->gather_rows(b, &s->xo, &s->xb);
-        op->matmul(b, &s->logits, &s->xo, s->emb, 1);
+        op->matmul(b, &s->logits, &s->xo, all_folded ? s->head_f : s->emb, 1);
     }
     float *host = malloc((size_t)sh->V * sizeof *host);
     CHECK_MSG(host != NULL, "out of memory");
     CHECK_OK(C->b->ops->end_step(C->b, &C->logits, host, NULL, NULL, &err), &err);
     free(host);
     CHECK_OK(G->b->ops->end_step(G->b, &G->logits, NULL, NULL, NULL, &err), &err);
-    compare("step x", sh, C, G, &C->x, &G->x, 1, 3e-2, 3e-2, 1e-3);
-    compare("step att", sh, C, G, &C->att, &G->att, 1, 3e-2, 3e-2, 1e-3);
-    compare("step h", sh, C, G, &C->h, &G->h, 1, 3e-2, 3e-2, 1e-3);
-    compare("step xb", sh, C, G, &C->xb, &G->xb, 1, 3e-2, 3e-2, 1e-3);
-    compare("step logits", sh, C, G, &C->logits, &G->logits, 1, 3e-2, 3e-2, 1e-3);
+    const char *const names[2][6] = {{"step x", "step att", "step h", "step xb", "step logits",
+                                      "step"},
+                                     {"folded x", "folded att", "folded h", "folded xb",
+                                      "folded lgts", "folded step"}};
+    const char *const *nm = names[all_folded];
+    compare(nm[0], sh, C, G, &C->x, &G->x, 1, 3e-2, 3e-2, 1e-3);
+    compare(nm[1], sh, C, G, &C->att, &G->att, 1, 3e-2, 3e-2, 1e-3);
+    compare(nm[2], sh, C, G, &C->h, &G->h, 1, 3e-2, 3e-2, 1e-3);
+    /* folded, the GPU's last norm leaves x / rms(x) in xb: its weight is in the head */
+    if (!all_folded || sh->ck != HR_DTYPE_BF16)
+        compare(nm[3], sh, C, G, &C->xb, &G->xb, 1, 3e-2, 3e-2, 1e-3);
+    compare(nm[4], sh, C, G, &C->logits, &G->logits, 1, 3e-2, 3e-2, 1e-3);
     const bool takes = sh->D % 256 == 0 && (sh->H * sh->Dh) % 256 == 0 && sh->F % 256 == 0 &&
                        (sh->Dh == 64 || sh->Dh == 128);
     const int64_t ran = engine_cuda_pstep_steps(G->b) - before;
-    printf("%-12s %-26s %s\n", "step", sh->name, ran ? "one persistent kernel" : "op by op");
+    printf("%-12s %-26s %s\n", nm[5], sh->name, ran ? "one persistent kernel" : "op by op");
     CHECK_MSG(ran == (takes ? 1 : 0), "%s: %lld persistent steps, %d expected", sh->name,
               (long long)ran, takes ? 1 : 0);
 }
@@ -486,8 +500,10 @@ static void run_shape(const shape *sh, attn_mode mode) {
                       best);
         }
     free(lg);
-    if (all_ops)
-        check_decode_step(sh, &C, &G, bt, max_blocks, BS, inv_freq);
+    if (all_ops) {
+        check_decode_step(sh, &C, &G, bt, max_blocks, BS, inv_freq, false);
+        check_decode_step(sh, &C, &G, bt, max_blocks, BS, inv_freq, true);
+    }
 done:
     if (cb)
         cb->ops->free(cb);
