@@ -140,7 +140,6 @@ typedef struct {
         bool on;
         const float *x;
         const float *w;
-        bool folded;    /* w is all ones (be_vector) */
         void *y;
         float eps;
         int32_t D;
@@ -149,6 +148,7 @@ typedef struct {
     int64_t n_pstep_steps;
     int pstep_max_k; /* the widest K of the step's GEMVs */
     int64_t pstep_logit_rows; /* logits rows the recorded program ranks (greedy steps) */
+    bool pstep_norm_weights;  /* the recorded program has a norm whose weight is not folded */
     /* HEADROOM_CUDA_PSTEP_TRACE: per-op timestamps of every step (a
      * diagnostic allocation outside the plan), summed by op kind */
     uint64_t *d_trace, *h_trace;
@@ -752,6 +752,7 @@ static hr_status cuda_begin_step(hr_backend *b, const hr_step *s, hr_error *err)
                s->pos[0] < CUDA_PSTEP_MAX_CTX;
     c->n_prog = 0;
     c->pstep_logit_rows = 0;
+    c->pstep_norm_weights = false;
     c->pending_norm.on = false;
     c->pending_rope.qkv = NULL;
     c->capturing = c->replaying = false;
@@ -822,7 +823,6 @@ static void pstep_flush_norm(cuda_backend *c) {
         return;
     op->norm.x = c->pending_norm.x;
     op->norm.w = c->pending_norm.w;
-    op->norm.folded = c->pending_norm.folded;
     op->norm.y = c->pending_norm.y;
     op->norm.eps = c->pending_norm.eps;
     op->norm.D = c->pending_norm.D;
@@ -882,18 +882,11 @@ static void pstep_run(cuda_backend *c, const ck_chain *greedy) {
         memcpy(c->prog_uploaded, c->prog, bytes);
         c->n_uploaded = c->n_prog;
     }
+    mark(c, "persistent step", 0, 0);
     /* the kernel that loads no norm weights, when no norm needs one (a tied
      * lm head keeps the final norm's weight: weight_create) */
-    bool folded = true;
-    for (int32_t i = 0; i < c->n_prog; i++) {
-        const ck_pstep_op *op = &c->prog[i];
-        if ((op->kind == CKP_GEMV && op->gemv.norm_x && !op->gemv.norm_folded) ||
-            (op->kind == CKP_NORM && !op->norm.folded))
-            folded = false;
-    }
-    mark(c, "persistent step", 0, 0);
     ck_pstep_run(c->stream, c->d_prog, c->n_prog, c->pstep_max_k, c->d_psync, c->dt,
-                 c->base.info->head_dim, folded, c->d_trace, c->d_tok, greedy);
+                 c->base.info->head_dim, !c->pstep_norm_weights, c->d_trace, c->d_tok, greedy);
     op_error(c, "persistent step");
 }
 
@@ -931,7 +924,7 @@ static void pstep_norm(cuda_backend *c, const be_tensor *x, const be_tensor *dx,
     c->pending_norm.on = true;
     c->pending_norm.x = x->data;
     c->pending_norm.w = w->data;
-    c->pending_norm.folded = w->folded;
+    c->pstep_norm_weights |= !w->folded;
     c->pending_norm.y = y->data;
     c->pending_norm.eps = eps;
     c->pending_norm.D = (int32_t)x->cols;
@@ -955,7 +948,6 @@ static void pstep_gemv(cuda_backend *c, be_tensor *y, const be_tensor *x, const 
         if (take_norm) {
             op->gemv.norm_x = c->pending_norm.x;
             op->gemv.norm_w = c->pending_norm.w;
-            op->gemv.norm_folded = c->pending_norm.folded;
             op->gemv.eps = c->pending_norm.eps;
             if (via_gather && r0 == 0)
                 op->gemv.norm_y = c->pending_norm.y; /* block 0 stores the norm's row */

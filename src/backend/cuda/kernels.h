@@ -189,7 +189,6 @@ typedef struct {
     void *y;             /* unused with resid */
     const float *norm_x; /* if set, x = ck(norm_w * (norm_x / rms(norm_x))) */
     const float *norm_w;
-    int32_t norm_folded; /* norm_w is all ones, the norm's weight folded into W */
     void *norm_y;        /* if set (with norm_x), block 0 also stores x (ck) there */
     float *resid;        /* if set, resid += y (rounded to ck first if y_ck) */
     float eps;
@@ -218,7 +217,6 @@ typedef struct {
             void *y;
             float eps;
             int32_t D;
-            int32_t folded; /* w is all ones, folded into the matrix after the norm */
         } norm;
         ck_pstep_gemv gemv;
         struct {
@@ -282,7 +280,7 @@ typedef struct {
  * last block to finish emits the argmax as ck_sample would (tokens[0], and
  * the chain's advance when greedy->tok is set), so no sampling kernel runs.
  * folded: every norm of the program has its weight folded into the matrix
- * after it (norm_folded / norm.folded all set): a kernel that loads none. */
+ * after it (its w all ones): a kernel that loads none. */
 #define CK_PSTEP_SYNC 4
 void ck_pstep_run(cudaStream_t s, const ck_pstep_op *ops, int n_op, int max_k, unsigned *sync,
                   ck_dtype dt, int dh, bool folded, uint64_t *trace, int32_t *tokens,
