@@ -224,7 +224,8 @@ static void add_segment(step_buf *s, const int32_t *bt, int max_blocks, int BS, 
  * the backend is made), or the naive kernel */
 typedef enum { ATTN_FLASH, ATTN_FLASH_ONE_SPLIT, ATTN_NAIVE } attn_mode;
 
-/* A whole layer as a decode step of one row (sequence 1 at position 101):
+/* A whole layer as a decode step of one row (sequence 1 at position 201:
+ * 7 flash-decoding splits a head, merged in two rounds of split_merge):
  * on the GPU one persistent kernel when the shape allows it (persistent.cu:
  * norms folded into the GEMVs, rotations into the attention, ...), else op
  * by op. Twice: with the first norm's weight folded into qkv (bf16 shapes)
@@ -239,7 +240,7 @@ static void check_decode_step(const shape *sh, side *C, side *G, const int32_t *
                               int max_blocks, int BS, const float *inv_freq, bool all_folded) {
     hr_error err;
     step_buf dec = {.step = {.block_tables = bt}};
-    add_segment(&dec, bt, max_blocks, BS, 1, 101, 1, true);
+    add_segment(&dec, bt, max_blocks, BS, 1, 201, 1, true);
     dec.step.tokens = dec.tokens, dec.step.pos = dec.pos, dec.step.slot = dec.slot;
     dec.step.segs = dec.segs, dec.step.out_rows = dec.out;
     const int64_t before = engine_cuda_pstep_steps(G->b);
@@ -345,9 +346,9 @@ static void run_shape(const shape *sh, attn_mode mode) {
     snprintf(label, sizeof label, "%s",
              naive ? "attn naive" : all_ops ? "attn flash" : "attn flash 1 split");
 
-    /* history: 100 cached positions of sequence 1 and 40 of sequence 2 */
+    /* history: 200 cached positions of sequence 1 and 40 of sequence 2 */
     step_buf hist = {.step = {.block_tables = bt}};
-    add_segment(&hist, bt, max_blocks, BS, 1, 0, 100, false);
+    add_segment(&hist, bt, max_blocks, BS, 1, 0, 200, false);
     add_segment(&hist, bt, max_blocks, BS, 2, 0, 40, false);
     hist.step.tokens = hist.tokens, hist.step.pos = hist.pos, hist.step.slot = hist.slot;
     hist.step.segs = hist.segs, hist.step.out_rows = hist.out;
@@ -361,10 +362,10 @@ static void run_shape(const shape *sh, attn_mode mode) {
     CHECK_OK(go->end_step(gb, &G.logits, NULL, NULL, NULL, &err), &err);
     free(hq);
 
-    /* the mixed step: prefill from 0, a decode at 100, a prefill from 40 */
+    /* the mixed step: prefill from 0, a decode at 200, a prefill from 40 */
     step_buf st = {.step = {.block_tables = bt}};
     add_segment(&st, bt, max_blocks, BS, 0, 0, 37, true);
-    add_segment(&st, bt, max_blocks, BS, 1, 100, 1, true);
+    add_segment(&st, bt, max_blocks, BS, 1, 200, 1, true);
     add_segment(&st, bt, max_blocks, BS, 2, 40, 70, true);
     st.step.tokens = st.tokens, st.step.pos = st.pos, st.step.slot = st.slot;
     st.step.segs = st.segs, st.step.out_rows = st.out;

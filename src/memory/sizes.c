@@ -109,6 +109,10 @@ uint64_t sizes_cuda_pstep_ops(const hr_model_info *in) {
     return (uint64_t)(3 + in->n_layer * per_layer + (in->n_vocab + R - 1) / R);
 }
 
+uint64_t sizes_cuda_pstep_parts_bytes(const hr_model_info *in, int splits) {
+    return (uint64_t)in->n_head * (uint64_t)splits * (uint64_t)(in->head_dim + 1) * 8;
+}
+
 uint64_t sizes_cuda_meta_ints(const be_config *cfg) {
     return 7u * (uint64_t)cfg->max_rows + (uint64_t)cfg->max_out +
            (uint64_t)cfg->n_seq_max * (uint64_t)cfg->max_blocks_per_seq + 1;
@@ -131,7 +135,8 @@ uint64_t sizes_workspace(sizes_device d, const be_params *p, const hr_model_info
                sizes_align(sizes_cuda_meta_ints(cfg) * 4, A) +
                sizes_align(ck_sample_work_bytes(cfg->max_out, in->n_vocab), A) +
                sizes_align(sizes_cuda_pstep_ops(in) * SIZES_CUDA_PSTEP_OP, A) +
-               sizes_align((uint64_t)(SIZES_CUDA_PSTEP_SYNC + in->n_head) * 4, A);
+               sizes_align((uint64_t)SIZES_CUDA_PSTEP_SYNC * 4, A) +
+               sizes_align(sizes_cuda_pstep_parts_bytes(in, sizes_cuda_splits(in, cfg)), A);
     }
     /* cpu: attention scores per thread, rope tables, row map, matmul scratch */
     int nth = p->n_threads > 0 ? p->n_threads : 1;

@@ -67,10 +67,11 @@ uint64_t sizes_workspace(sizes_device d, const be_params *p, const hr_model_info
  * GEMV cut into pieces of at most SIZES_CUDA_PSTEP_ROWS rows a block. */
 #define SIZES_CUDA_PSTEP_OP 128u
 #define SIZES_CUDA_PSTEP_ROWS 256
-/* its counters before the attention's one per head: the grid barrier, the
- * blocks done, the greedy rank (64 bits) */
+/* its counters: the grid barrier, the blocks done, the greedy rank (64 bits) */
 #define SIZES_CUDA_PSTEP_SYNC 4
 uint64_t sizes_cuda_pstep_ops(const hr_model_info *in);
+/* its attention splits' partials: (n_head, splits, head_dim + 1) 8-byte words */
+uint64_t sizes_cuda_pstep_parts_bytes(const hr_model_info *in, int splits);
 /* Flash-decoding splits for this configuration. */
 int sizes_cuda_splits(const hr_model_info *in, const be_config *cfg);
 /* Whether the flash attention kernels take this head size (else the naive one). */

@@ -155,7 +155,7 @@ typedef struct {
     double trace_op_us[CKP_GATHER + 1], trace_bar_us[CKP_GATHER + 1];
     int64_t trace_n[CKP_GATHER + 1];
     unsigned *d_psync;
-    int32_t *d_arrived;
+    unsigned long long *d_parts; /* the attention splits' partials */
     hr_error step_err;
     hr_status step_status;
     cuda_profile *prof; /* NULL unless HEADROOM_CUDA_PROFILE is set */
@@ -559,16 +559,19 @@ static bool pstep_eligible(const cuda_backend *c, const hr_model_info *in) {
 }
 
 /* The program buffers (memory/sizes.c counts them whether used or not) and
- * the kernel's counters: the grid barrier's, then one per head (attention). */
+ * the kernel's counters and its attention splits' partials, zeroed (the
+ * kernel leaves them zero). */
 static hr_status pstep_alloc(cuda_backend *c, hr_error *err) {
     const hr_model_info *in = c->base.info;
     c->cap_prog = (int32_t)sizes_cuda_pstep_ops(in);
-    const size_t counters = (size_t)(CK_PSTEP_SYNC + in->n_head) * sizeof(unsigned);
+    const size_t counters = (size_t)CK_PSTEP_SYNC * sizeof(unsigned);
+    const size_t parts = sizes_cuda_pstep_parts_bytes(in, c->n_splits);
     HR_TRY(dev_alloc(c, (size_t)c->cap_prog * SIZES_CUDA_PSTEP_OP, MEM_WORK, "persistent step",
                      (void **)&c->d_prog, err));
     HR_TRY(dev_alloc(c, counters, MEM_WORK, "persistent step", (void **)&c->d_psync, err));
     HR_CUDA_TRY(cudaMemset(c->d_psync, 0, counters));
-    c->d_arrived = (int32_t *)(c->d_psync + CK_PSTEP_SYNC);
+    HR_TRY(dev_alloc(c, parts, MEM_WORK, "persistent step", (void **)&c->d_parts, err));
+    HR_CUDA_TRY(cudaMemset(c->d_parts, 0, parts));
     c->prog = hr_calloc((size_t)c->cap_prog, sizeof *c->prog);
     HR_TRY(own_host(c, c->prog, err));
     c->prog_uploaded = hr_calloc((size_t)c->cap_prog, sizeof *c->prog_uploaded);
@@ -1102,8 +1105,7 @@ static void cuda_attention(hr_backend *b, int32_t layer, be_tensor *out, const b
             op->attn.pos = meta(c, c->o_pos);
             op->attn.seq = meta(c, c->o_seq);
             op->attn.block_tables = meta(c, c->o_bt);
-            op->attn.work = c->att_work;
-            op->attn.arrived = c->d_arrived;
+            op->attn.parts = c->d_parts;
             op->attn.scale = 1.0f / sqrtf((float)in->head_dim);
             op->attn.max_blocks = c->kv.max_blocks_per_seq;
             op->attn.max_splits = c->n_splits;

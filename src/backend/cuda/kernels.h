@@ -225,8 +225,8 @@ typedef struct {
             void *k_pool, *v_pool; /* this layer's */
             const int32_t *pos, *seq, *block_tables;
             const float *inv_freq;
-            float *work;      /* (H, max_splits, Dh + 2) f32 */
-            int32_t *arrived; /* (H) split counters, zero between uses */
+            unsigned long long *parts; /* (H, max_splits, Dh + 1) words of the splits'
+                                          partials (persistent.cu), zero between uses */
             float scale;
             int32_t neox, max_blocks, max_splits, H, Hkv, Dh, BS;
         } attn;

@@ -42,8 +42,8 @@
  *
  * The other ops: embed (and swiglu, when not folded) spread over the
  * blocks; the final norm on block 0; the attention one (head, split) a
- * block, flash-decoding style, the last split of a head to arrive merging
- * them, with the rotations folded in (q rotated on load, this step's k
+ * block, flash-decoding style, the last split of each head merging the
+ * others' partials as they come (split_merge), with the rotations folded in (q rotated on load, this step's k
  * rotated from qkv and stored with v by the first head of its group), the
  * pool rows it reads prefetched into L2 while the qkv GEMV streams.
  * While a block waits at the barrier before the qkv GEMV it issues what
@@ -406,6 +406,21 @@
  * syncs and the reduction's latency off the path before the GEMV; correct,
  * test_cuda_pstep 60/60): 282.6, 282.5, 282.3 against 287.4, 287.6, 287.4.
  *
+ * Landed later (H200, 2026-12-02, bench/results/2026-12-02-h200-pstep-
+ * merge.jsonl, two calls, libraries swapped, two rounds each): a head's
+ * splits merged without an atomic (split_merge: the last split polls the
+ * others' partials, each word tagged with its split's L, and clears them):
+ * 293.1, 293.0 tok/s against 290.7, 291.0 for the commit before
+ * (test_cuda_pstep 60/60, test_backend_ops 1396/1396). The counter's
+ * acq_rel atomic had a release (the block's weight copies in flight ahead
+ * of it) and the last split's loads one round trip after it. Rejected:
+ * the barrier polled with 4 loads in flight, issued 100 or 200 ns apart
+ * (a pass seen sooner after the last arrival), 283.7, 283.4 and 283.4,
+ * 283.0; 8 in flight, 272.8, 273.2, against 290.7, 290.9: the polls delay
+ * the arrivals at the counter's L2 slice. Fewer polls while many blocks
+ * are out (a sleep of 8, 16 or 32 ns a missing arrival, at most 2 us):
+ * 291.1, 290.9; 290.7, 290.9; 290.4, 290.2: no gain.
+ *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
  * their x loads and norms 228, the attention 371, the grid barriers 534;
@@ -487,7 +502,7 @@ constexpr int kHold = 3;
  * moment the arrival's release was done (its fence waits for the block's
  * earlier memory operations), and for an attention (thread 0, the block's
  * last item) q in and rotated, warp 0's keys done, the warps merged, the
- * split's partial out and counted (the head's last split: merged); per
+ * split's partial out (the head's last split: merged and out); per
  * block, in %globaltimer ns: kTlPieces x 4 then kTlOps x kTlOpSlots values. */
 #ifdef HR_PSTEP_TIMELINE
 constexpr bool kTimeline = true;
@@ -1082,18 +1097,120 @@ template <int Dh> __device__ void attn_prefetch(const ck_pstep_op &op) {
     }
 }
 
+/* A head's splits meet at its last split, the merger, with no atomic:
+ * each other split stores its partial as 64-bit words, a value with the
+ * split's L beside it (L >= 1: the key at the split's max scores exp(0)),
+ * relaxed; a word whose L half is 0 is not written yet. The merger loads
+ * each until it is, and clears it for the next layer. Why not a counter
+ * that the last split to arrive learns it is last from (the form before):
+ * its atomic's release waits for the block's weight copies in flight, and
+ * the merger's loads took one L2 round trip more (header, "Landed later").
+ * Every split has a block of its own (n_split >= 2 only when H * n_split
+ * <= the grid, all resident), so the merger's wait ends.
+ * Words of a split: (M, L), then (O[d], L) for d < Dh. */
+__device__ __forceinline__ void tagged_store(unsigned long long *p, float v, float l) {
+    const unsigned long long w = (unsigned long long)__float_as_uint(l) << 32 | __float_as_uint(v);
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long tagged_load(const unsigned long long *p) {
+    unsigned long long w;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
+    return w;
+}
+
+__device__ __forceinline__ void tagged_clear(const unsigned long long *p) {
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(0ull) : "memory");
+}
+
+/* thread d < Dh of a split that is not its head's last */
+__device__ __forceinline__ void split_publish(unsigned long long *words, float M, float L,
+                                              float O, int d) {
+    tagged_store(words + 1 + d, O, L);
+    if (d == 0)
+        tagged_store(words, M, L);
+}
+
+/* Thread d < Dh of the head's last split (sp = n_split - 1, its own
+ * partial M, L, O): element d of the head's output, the splits merged in
+ * order, kMergeU at a time with all their loads in flight (one L2 round
+ * trip for the usual <= 4 when they are written). It clears its O words;
+ * the (M, L) words, which every thread reads, are cleared after the
+ * block's next sync (attn_op). */
+__device__ __forceinline__ float split_merge(const unsigned long long *head, int n_split,
+                                             int Dh, float M, float L, float O, int d) {
+    constexpr int kMergeU = 4;
+    const int sp = n_split - 1;
+    float MM = -INFINITY, LL = 0.0f, OO = 0.0f;
+    for (int s0 = 0; s0 < n_split; s0 += kMergeU) {
+        unsigned long long wm[kMergeU], wo[kMergeU]; /* ~0: nothing to wait for */
+#pragma unroll
+        for (int u = 0; u < kMergeU; u++) {
+            const unsigned long long *words = head + (int64_t)(s0 + u) * (Dh + 1);
+            const bool other = s0 + u < sp;
+            wm[u] = other ? tagged_load(words) : ~0ull;
+            wo[u] = other ? tagged_load(words + 1 + d) : ~0ull;
+        }
+        for (bool all = false; !all;) {
+            all = true;
+#pragma unroll
+            for (int u = 0; u < kMergeU; u++) {
+                const unsigned long long *words = head + (int64_t)(s0 + u) * (Dh + 1);
+                if (!(wm[u] >> 32)) {
+                    all = false;
+                    wm[u] = tagged_load(words);
+                }
+                if (!(wo[u] >> 32)) {
+                    all = false;
+                    wo[u] = tagged_load(words + 1 + d);
+                }
+            }
+        }
+        float ms[kMergeU], ls[kMergeU], os[kMergeU];
+#pragma unroll
+        for (int u = 0; u < kMergeU; u++) {
+            const int s = s0 + u;
+            if (s > sp) {
+                ms[u] = -INFINITY, ls[u] = 0.0f, os[u] = 0.0f;
+            } else if (s == sp) {
+                ms[u] = M, ls[u] = L, os[u] = O;
+            } else {
+                ms[u] = __uint_as_float((unsigned)wm[u]);
+                ls[u] = __uint_as_float((unsigned)(wm[u] >> 32));
+                os[u] = __uint_as_float((unsigned)wo[u]);
+                tagged_clear(head + (int64_t)s * (Dh + 1) + 1 + d);
+            }
+        }
+        float mx = MM;
+#pragma unroll
+        for (int u = 0; u < kMergeU; u++)
+            mx = fmaxf(mx, ms[u]);
+        const float keep = __expf(MM - mx); /* 0 at the first */
+        LL *= keep;
+        OO *= keep;
+#pragma unroll
+        for (int u = 0; u < kMergeU; u++) {
+            const float c = __expf(ms[u] - mx);
+            LL += ls[u] * c;
+            OO += os[u] * c;
+        }
+        MM = mx;
+    }
+    return OO / LL;
+}
+
 /* Flash-decoding over (head, split) items, one a block at a time: warp w
  * takes keys p0 + w, p0 + w + 8, ... (lanes across Dh), keeps a running
  * max, sum and output; the block merges its warps; a head of one split
- * writes out directly, else the split's partial goes to work and the last
- * split of the head to arrive merges them all. The op waits at the barrier
+ * writes out directly, else the split's partial goes to the head's last
+ * split, which merges them all (split_merge). The op waits at the barrier
  * before it (`before`) itself, once it has the angles and its first
  * round's pages: they need no activation of the step, and their chains of
  * dependent loads (the op's fields, the position, the block table; the
  * frequencies) then run while the block waits, so that q and the first
  * round's rows come in one round trip after it. */
 template <class T, int EPL>
-__device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag, uint64_t *tl_op,
+__device__ void attn_op(const ck_pstep_op &op, float *scratch, uint64_t *tl_op,
                         const barrier_wait &before) {
     constexpr int Dh = 32 * EPL, ATT_U = kAttKeys;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -1257,69 +1374,20 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, int *flag, uint64
         if (n_split == 1) {
             if (tid < Dh)
                 ck_from_f32(out + tid, O / L);
-        } else {
-            float *part = op.attn.work + ((int64_t)h * op.attn.max_splits + sp) * PART;
-            if (tid < Dh)
-                part[2 + tid] = O;
-            if (tid == 0) {
-                part[0] = M;
-                part[1] = L;
-            }
-            /* the block's partial out before its count: the barrier, then
-             * one release (the grid barrier's pattern); the last split's
-             * acquire covers all the partials for every thread after the
-             * barrier that follows */
-            consumers_sync();
-            if (tid == 0) {
-                unsigned before;
-                asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
-                             : "=r"(before)
-                             : "l"(op.attn.arrived + h)
-                             : "memory");
-                *flag = before == (unsigned)n_split - 1;
-            }
-            consumers_sync();
-            if (*flag) { /* the head's last split: merge them all */
-                if (tid < Dh) {
-                    /* kMergeU splits' loads at a time (one L2 round trip
-                     * for the usual <= 4), merged online */
-                    constexpr int kMergeU = 4;
-                    const float *hp = op.attn.work + (int64_t)h * op.attn.max_splits * PART;
-                    float MM = -INFINITY, LL = 0.0f, OO = 0.0f;
-                    for (int s0 = 0; s0 < n_split; s0 += kMergeU) {
-                        float ms[kMergeU], ls[kMergeU], os[kMergeU];
-#pragma unroll
-                        for (int u = 0; u < kMergeU; u++) {
-                            const bool in = s0 + u < n_split;
-                            const float *split_part = hp + (s0 + u) * PART;
-                            ms[u] = in ? __ldcg(split_part) : -INFINITY;
-                            ls[u] = in ? __ldcg(split_part + 1) : 0.0f;
-                            os[u] = in ? __ldcg(split_part + 2 + tid) : 0.0f;
-                        }
-                        float mx = MM;
-#pragma unroll
-                        for (int u = 0; u < kMergeU; u++)
-                            mx = fmaxf(mx, ms[u]);
-                        const float keep = __expf(MM - mx); /* 0 at the first */
-                        LL *= keep;
-                        OO *= keep;
-#pragma unroll
-                        for (int u = 0; u < kMergeU; u++) {
-                            const float c = __expf(ms[u] - mx);
-                            LL += ls[u] * c;
-                            OO += os[u] * c;
-                        }
-                        MM = mx;
-                    }
-                    ck_from_f32(out + tid, OO / LL);
-                }
-                if (tid == 0)
-                    op.attn.arrived[h] = 0; /* for the next layer */
-            }
+        }
+        else if (tid < Dh) {
+            unsigned long long *head = op.attn.parts + (int64_t)h * n_split * (Dh + 1);
+            if (sp != n_split - 1)
+                split_publish(head + (int64_t)sp * (Dh + 1), M, L, O, tid);
+            else
+                ck_from_f32(out + tid, split_merge(head, n_split, Dh, M, L, O, tid));
         }
         if (kTimeline && tl_op && tid == 0)
             tl_op[7] = now_ns();
         consumers_sync(); /* scratch is reused by the next item */
+        /* the merger's threads have all read the other splits' (M, L) */
+        if (n_split > 1 && sp == n_split - 1 && tid < n_split - 1)
+            tagged_clear(op.attn.parts + ((int64_t)h * n_split + tid) * (Dh + 1));
     }
 }
 
@@ -1356,7 +1424,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         tl += (int64_t)blockIdx.x * kTlStride;
     __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
     __shared__ float scratch[kWarps];
-    __shared__ int flag;
     __shared__ int arrived; /* the last op whose barrier arrival is released, + 1 */
     uint16_t *xs = reinterpret_cast<uint16_t *>(smem);
     float *acc = reinterpret_cast<float *>(smem + x_bytes);
@@ -1405,7 +1472,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             break;
         }
         case CKP_ATTN: /* it waits itself, after the loads it can make before */
-            attn_op<T, EPL>(op, reinterpret_cast<float *>(xs), &flag, tl_op, before());
+            attn_op<T, EPL>(op, reinterpret_cast<float *>(xs), tl_op, before());
             break;
         case CKP_EMBED: grid_wait(before()); embed_op<T>(op); break;
         case CKP_NORM: grid_wait(before()); norm_op<T, kFolded>(op, scratch); break;
