@@ -407,11 +407,14 @@
  * test_cuda_pstep 60/60): 282.6, 282.5, 282.3 against 287.4, 287.6, 287.4.
  *
  * Landed later (H200, 2026-12-02, bench/results/2026-12-02-h200-pstep-
- * merge.jsonl, two calls, libraries swapped, two rounds each): a head's
+ * merge.jsonl, four calls, libraries swapped, rounds interleaved): a head's
  * splits merged without an atomic (split_merge: the last split polls the
  * others' partials, each word tagged with its split's L, and clears them):
- * 293.1, 293.0 tok/s against 290.7, 291.0 for the commit before
- * (test_cuda_pstep 60/60, test_backend_ops 1396/1396). The counter's
+ * 293.1, 293.0 tok/s against 290.7, 291.0 for the commit before in one
+ * call, 289.6, 289.8, 289.7 against 287.1, 287.0, 287.4 on a slower
+ * machine in the next (test_cuda_pstep 60/60, test_backend_ops 1396/1396,
+ * test_cuda_model 180/180); 293.1, 293.0, and 293.0 (f16 291.1, the 32k
+ * context 114.4) in a fourth. The counter's
  * acq_rel atomic had a release (the block's weight copies in flight ahead
  * of it) and the last split's loads one round trip after it. Rejected:
  * the barrier polled with 4 loads in flight, issued 100 or 200 ns apart
@@ -419,7 +422,11 @@
  * 283.0; 8 in flight, 272.8, 273.2, against 290.7, 290.9: the polls delay
  * the arrivals at the counter's L2 slice. Fewer polls while many blocks
  * are out (a sleep of 8, 16 or 32 ns a missing arrival, at most 2 us):
- * 291.1, 290.9; 290.7, 290.9; 290.4, 290.2: no gain.
+ * 291.1, 290.9; 290.7, 290.9; 290.4, 290.2: no gain. In the fourth call,
+ * one build with the attention's next round of K loads issued right after
+ * the round's dot products (its V after the V weighting, rather than both
+ * at the round's end) and the chain's loads (ck_chain_emit) issued before
+ * the step's last fence: 289.9, 289.8 against 293.1, 293.0: rejected.
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
@@ -428,8 +435,8 @@
  * (4.55 TB/s), 3264 with the barriers kept. So HBM idles whenever the
  * consumers of all blocks wait at once, which the barriers make them do:
  * the ring is what HBM needs in flight, with little to spare. (Measured
- * before the norm fold above; 290 tok/s is reached with it only on the
- * faster of the machines lent, ~1.3% apart.)
+ * before the norm fold and the splits' merge above; with them 293 tok/s
+ * on the faster of the machines lent, 289.7 on the slower, ~1.1% apart.)
  *
  * Each GEMV waits for its slowest block, and which blocks are slow does
  * not change: with every block's arrival at the barriers timed (one call,
