@@ -43,9 +43,10 @@
  * The other ops: embed (and swiglu, when not folded) spread over the
  * blocks; the final norm on block 0; the attention one (head, split) a
  * block, flash-decoding style, the last split of each head merging the
- * others' partials as they come (split_merge), with the rotations folded in (q rotated on load, this step's k
- * rotated from qkv and stored with v by the first head of its group), the
- * pool rows it reads prefetched into L2 while the qkv GEMV streams.
+ * others' partials as they come (split_merge), with the rotations folded
+ * in (q rotated on load, this step's k rotated from qkv and stored with v
+ * by the first head of its group), the pool rows it reads prefetched into
+ * L2 while the qkv GEMV streams.
  * While a block waits at the barrier before the qkv GEMV it issues what
  * the attention after it needs that no op writes: its K/V prefetch. (The
  * next norm's weights were loaded there too until registers ran short:
@@ -414,9 +415,9 @@
  * call, 289.6, 289.8, 289.7 against 287.1, 287.0, 287.4 on a slower
  * machine in the next (test_cuda_pstep 60/60, test_backend_ops 1396/1396,
  * test_cuda_model 180/180); 293.1, 293.0, and 293.0 (f16 291.1, the 32k
- * context 114.4) in a fourth. The counter's
- * acq_rel atomic had a release (the block's weight copies in flight ahead
- * of it) and the last split's loads one round trip after it. Rejected:
+ * context 114.4) in a fourth. The split counter's acq_rel atomic had a
+ * release (behind the block's weight copies in flight) and the last
+ * split's loads one round trip after it. Rejected:
  * the barrier polled with 4 loads in flight, issued 100 or 200 ns apart
  * (a pass seen sooner after the last arrival), 283.7, 283.4 and 283.4,
  * 283.0; 8 in flight, 272.8, 273.2, against 290.7, 290.9: the polls delay
@@ -1381,8 +1382,7 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, uint64_t *tl_op,
         if (n_split == 1) {
             if (tid < Dh)
                 ck_from_f32(out + tid, O / L);
-        }
-        else if (tid < Dh) {
+        } else if (tid < Dh) {
             unsigned long long *head = op.attn.parts + (int64_t)h * n_split * (Dh + 1);
             if (sp != n_split - 1)
                 split_publish(head + (int64_t)sp * (Dh + 1), M, L, O, tid);
