@@ -15,7 +15,7 @@ kind, N, K, pair; then per block, %globaltimer ns: for each piece {copy issued,
 seen landed, consumption started, released} (warp 0), for each op {arrival at
 the barrier after it, barrier passed, (a GEMV) thread 0's part of x stored, the
 arrival's release done, (an attention) q in, warp 0's keys done, the warps
-merged, the split's partial out and counted (or the head merged)}.
+merged, the split's partial out (or, its head's last split, the head merged)}.
 
 Prints: the copies' latency and how long landed pieces waited for the
 consumers (over all, and in each kind of GEMV's body), the ring's state when

@@ -429,6 +429,20 @@
  * at the round's end) and the chain's loads (ck_chain_emit) issued before
  * the step's last fence: 289.9, 289.8 against 293.1, 293.0: rejected.
  *
+ * Its timeline (bench/results/2026-12-02-h200-pstep-timeline.jsonl; a
+ * -DHR_PSTEP_TIMELINE=ON build, graphs off: a step 3681 us at context
+ * 228, 3737 at 348): the attention from the first pass before it to the
+ * last pass after it 6.2 us (q in 2.2 us after the pass, warp 0's keys
+ * 2.9, the split out 3.7, the arrival 3.9), 7.5 us at 348 positions,
+ * where a second round of keys takes 1.3 us more; the o GEMV after it
+ * lands nothing GPU-wide in the first three tenths of its 10.2 us (its
+ * ring was full when the attention began, and its first refill lands 5.1
+ * us after the pass); at a GEMV's barrier the last arrival to the pass
+ * 2.1 us, of it the release fence 1.24 us. So HBM idles ~9 us a layer
+ * around the attention: still the largest loss. (The fourth call's
+ * rejected build above bundled the earlier next-round loads with the
+ * chain's; they were not measured apart.)
+ *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
  * their x loads and norms 228, the attention 371, the grid barriers 534;
