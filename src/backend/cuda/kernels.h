@@ -280,7 +280,8 @@ typedef struct {
  * last block to finish emits the argmax as ck_sample would (tokens[0], and
  * the chain's advance when greedy->tok is set), so no sampling kernel runs.
  * folded: every norm of the program has its weight folded into the matrix
- * after it (its w all ones): a kernel that loads none. */
+ * after it (its w all ones): a kernel that loads none (bf16 only: the
+ * backend folds no f16 norm; for f16 the flag is ignored). */
 #define CK_PSTEP_SYNC 4
 void ck_pstep_run(cudaStream_t s, const ck_pstep_op *ops, int n_op, int max_k, unsigned *sync,
                   ck_dtype dt, int dh, bool folded, uint64_t *trace, int32_t *tokens,

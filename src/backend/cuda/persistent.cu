@@ -1647,11 +1647,17 @@ extern "C" int ck_pstep_supported(ck_dtype dt, int dh, int max_k) {
     if ((dh != 64 && dh != 128) || max_k > CK_PSTEP_MAX_K)
         return 0;
     bool ok = false;
-    /* both forms: which one runs depends on the step's norms */
+    /* bf16: both forms (which one runs depends on the step's norms); f16
+     * folds no norm (cuda_backend.c's fold_norm), so only the form that
+     * loads them is built for it */
     if (dh == 64)
-        CK_DISPATCH(dt, ok = pstep_fits<T, 2, false>(max_k) && pstep_fits<T, 2, true>(max_k));
+        ok = dt == CK_BF16 ? pstep_fits<__nv_bfloat16, 2, false>(max_k) &&
+                                 pstep_fits<__nv_bfloat16, 2, true>(max_k)
+                           : pstep_fits<__half, 2, false>(max_k);
     else
-        CK_DISPATCH(dt, ok = pstep_fits<T, 4, false>(max_k) && pstep_fits<T, 4, true>(max_k));
+        ok = dt == CK_BF16 ? pstep_fits<__nv_bfloat16, 4, false>(max_k) &&
+                                 pstep_fits<__nv_bfloat16, 4, true>(max_k)
+                           : pstep_fits<__half, 4, false>(max_k);
     (void)cudaGetLastError();
     return ok;
 }
@@ -1670,15 +1676,16 @@ extern "C" void ck_pstep_run(cudaStream_t s, const ck_pstep_op *ops, int n_op, i
                              int32_t *tokens, const ck_chain *greedy) {
     if (n_op <= 0)
         return;
-    if (dh == 64 && folded)
-        CK_DISPATCH(dt, (pstep_launch<T, 2, true>(s, ops, n_op, max_k, sync, trace, tokens,
-                                                  greedy)));
+    /* folded is bf16's alone; an f16 program has every norm's weight, and
+     * the form that loads them is right for any program */
+    const bool fold = folded && dt == CK_BF16;
+    if (dh == 64 && fold)
+        pstep_launch<__nv_bfloat16, 2, true>(s, ops, n_op, max_k, sync, trace, tokens, greedy);
     else if (dh == 64)
         CK_DISPATCH(dt, (pstep_launch<T, 2, false>(s, ops, n_op, max_k, sync, trace, tokens,
                                                    greedy)));
-    else if (folded)
-        CK_DISPATCH(dt, (pstep_launch<T, 4, true>(s, ops, n_op, max_k, sync, trace, tokens,
-                                                  greedy)));
+    else if (fold)
+        pstep_launch<__nv_bfloat16, 4, true>(s, ops, n_op, max_k, sync, trace, tokens, greedy);
     else
         CK_DISPATCH(dt, (pstep_launch<T, 4, false>(s, ops, n_op, max_k, sync, trace, tokens,
                                                    greedy)));
