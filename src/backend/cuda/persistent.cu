@@ -441,7 +441,32 @@
  * 2.1 us, of it the release fence 1.24 us. So HBM idles ~9 us a layer
  * around the attention: still the largest loss. (The fourth call's
  * rejected build above bundled the earlier next-round loads with the
- * chain's; they were not measured apart.)
+ * chain's; measured apart below.)
+ *
+ * Rejected (H200, 2026-12-02, bench/results/2026-12-02-h200-pstep-attn-
+ * inflight.jsonl, five calls, libraries swapped, rounds interleaved; tok/s
+ * against this kernel in the same call). The two parts of that build
+ * apart: the next round's loads issued early, 286.7, 286.7 against 289.9,
+ * 289.8; the chain's loads before the last fence, 289.8, 289.9 (no gain).
+ * The attention's next round copied into shared memory (cp.async, a
+ * lane's own 8 bytes of K and V a key, at x and acc) one round ahead of
+ * the round in registers: 289.9, 290.0 against 289.9, 289.8 at 128..384
+ * positions, and slower where there are more rounds: 240.3, 240.3 against
+ * 246.1, 245.9 from a 2048-token prompt, 214.2 against 219.9 from 3584.
+ * More copies in flight while the consumers have many of their op's
+ * pieces left (so they land long before the arrival's fence): 3 while 5
+ * or more are left, 288.4, 288.0; 4 while 6, 287.8, 287.7; 4 while 8,
+ * 288.7, 288.9; 3 while 8, 288.9, 289.0, against 293.0, 293.3: more in
+ * flight slows the step even where no fence waits for it. The weights
+ * copied with an evict_normal L2 policy instead of evict_first: 283.8,
+ * 283.7 against 289.4, 289.6 (the weights then push the K/V rows and the
+ * activations out of L2). A run of segments across a row boundary with
+ * all 8 loads first and the next row summed apart (two accumulators; the
+ * same sums), with a GEMV's x loads zero-filled past K (so that no x
+ * register is carried from one GEMV to the next, which let that form fit
+ * without spills): 292.0, 291.8 against 292.9, 292.8 (test_cuda_pstep
+ * 60/60); every run taken that way (one path, no separate usual case):
+ * 241.5, 240.5.
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
@@ -504,7 +529,8 @@ static_assert(kXBytes + kAccBytes + 5 * kPiece <= kSmemMax, "5 stages at the wid
  * copies the producer has issued: its release fence took 2.3-3.9 us with
  * up to 6 in flight, as long with the epilogue's stores left out, and 0.4
  * after the attention, when none are. Two in flight still keep HBM busy
- * (2 measured fastest of 1, 2, 3, 4 and 6). */
+ * (2 measured fastest of 1, 2, 3, 4 and 6; 3 or 4 only while the
+ * consumers have many pieces left, slower too: the header's "Rejected"). */
 constexpr int kInFlight = 2;
 
 /* The refills of the stages that a GEMV's last kHold pieces free wait for
@@ -654,7 +680,9 @@ __device__ void produce(const ck_pstep_op *prog, int n_op, uint8_t *ring, int n_
     /* hold[st]: the refill of stage st waits until *arrived >= hold[st] (0:
      * it need not), i.e. for the arrival after the GEMV that used it last */
     int hold[kMaxStages] = {};
-    uint64_t policy; /* weights are read once a step: let them leave L2 first */
+    /* weights are read once a step: let them leave L2 first (evict_normal
+     * measured 2% slower: the header's "Rejected") */
+    uint64_t policy;
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
     int piece = 0, landed = 0;
     for (int i = 0; i < n_op; i++) {
@@ -944,7 +972,10 @@ __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ri
              * every piece; segment by segment (two divisions a segment,
              * each load waited for) warp 0 took 1.77 us on such a piece
              * against 0.46 (timeline, 2026-12-01) */
-            constexpr int kGroup = 2; /* loads at a time: 4 or 8 spill (168 registers) */
+            /* loads at a time: 4 or 8 spill (168 registers); all 8 with the
+             * next row summed apart fit once no x register was carried
+             * between GEMVs, and ran 0.3% slower (the header's "Rejected") */
+            constexpr int kGroup = 2;
             const int split = seg_per_row - col, n = min(kSegPerWarp, n_seg - s0);
             start_row(row, cur, part, my_acc, lane);
 #pragma unroll
