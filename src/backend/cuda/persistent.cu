@@ -459,14 +459,14 @@
  * 288.7, 288.9; 3 while 8, 288.9, 289.0, against 293.0, 293.3: more in
  * flight slows the step even where no fence waits for it. The weights
  * copied with an evict_normal L2 policy instead of evict_first: 283.8,
- * 283.7 against 289.4, 289.6 (the weights then push the K/V rows and the
- * activations out of L2). A run of segments across a row boundary with
- * all 8 loads first and the next row summed apart (two accumulators; the
- * same sums), with a GEMV's x loads zero-filled past K (so that no x
- * register is carried from one GEMV to the next, which let that form fit
- * without spills): 292.0, 291.8 against 292.9, 292.8 (test_cuda_pstep
- * 60/60); every run taken that way (one path, no separate usual case):
- * 241.5, 240.5.
+ * 283.7 against 289.4, 289.6 (probably the K/V rows and activations
+ * leaving L2 under the weights; not measured). A run of segments across a
+ * row boundary with all 8 loads first and the next row summed apart (two
+ * accumulators; the same sums), with a GEMV's x loads zero-filled past K
+ * (so that no x register is carried from one GEMV to the next, which
+ * let that form fit without spills): 292.0, 291.8 against 292.9, 292.8
+ * (test_cuda_pstep 60/60); every run taken that way (one path, no
+ * separate usual case): 241.5, 240.5.
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
