@@ -1672,23 +1672,34 @@ template <class T, int EPL, bool kFolded> bool pstep_fits(int max_k) {
            n >= 1;
 }
 
+/* The kernel forms of head size 32 x EPL: bf16 has both (which one runs
+ * depends on the step's norms); f16 folds no norm (cuda_backend.c's
+ * fold_norm), so only the form that loads them is built for it, and it is
+ * right for any program. */
+template <int EPL> bool pstep_forms_fit(ck_dtype dt, int max_k) {
+    if (dt == CK_BF16)
+        return pstep_fits<__nv_bfloat16, EPL, false>(max_k) &&
+               pstep_fits<__nv_bfloat16, EPL, true>(max_k);
+    return pstep_fits<__half, EPL, false>(max_k);
+}
+
+template <int EPL>
+void pstep_launch_form(cudaStream_t s, const ck_pstep_op *ops, int n_op, int max_k,
+                       unsigned *sync, ck_dtype dt, bool folded, uint64_t *trace,
+                       int32_t *tokens, const ck_chain *greedy) {
+    if (folded && dt == CK_BF16)
+        pstep_launch<__nv_bfloat16, EPL, true>(s, ops, n_op, max_k, sync, trace, tokens, greedy);
+    else
+        CK_DISPATCH(dt, (pstep_launch<T, EPL, false>(s, ops, n_op, max_k, sync, trace, tokens,
+                                                     greedy)));
+}
+
 } // namespace
 
 extern "C" int ck_pstep_supported(ck_dtype dt, int dh, int max_k) {
     if ((dh != 64 && dh != 128) || max_k > CK_PSTEP_MAX_K)
         return 0;
-    bool ok = false;
-    /* bf16: both forms (which one runs depends on the step's norms); f16
-     * folds no norm (cuda_backend.c's fold_norm), so only the form that
-     * loads them is built for it */
-    if (dh == 64)
-        ok = dt == CK_BF16 ? pstep_fits<__nv_bfloat16, 2, false>(max_k) &&
-                                 pstep_fits<__nv_bfloat16, 2, true>(max_k)
-                           : pstep_fits<__half, 2, false>(max_k);
-    else
-        ok = dt == CK_BF16 ? pstep_fits<__nv_bfloat16, 4, false>(max_k) &&
-                                 pstep_fits<__nv_bfloat16, 4, true>(max_k)
-                           : pstep_fits<__half, 4, false>(max_k);
+    const bool ok = dh == 64 ? pstep_forms_fit<2>(dt, max_k) : pstep_forms_fit<4>(dt, max_k);
     (void)cudaGetLastError();
     return ok;
 }
@@ -1707,17 +1718,8 @@ extern "C" void ck_pstep_run(cudaStream_t s, const ck_pstep_op *ops, int n_op, i
                              int32_t *tokens, const ck_chain *greedy) {
     if (n_op <= 0)
         return;
-    /* folded is bf16's alone; an f16 program has every norm's weight, and
-     * the form that loads them is right for any program */
-    const bool fold = folded && dt == CK_BF16;
-    if (dh == 64 && fold)
-        pstep_launch<__nv_bfloat16, 2, true>(s, ops, n_op, max_k, sync, trace, tokens, greedy);
-    else if (dh == 64)
-        CK_DISPATCH(dt, (pstep_launch<T, 2, false>(s, ops, n_op, max_k, sync, trace, tokens,
-                                                   greedy)));
-    else if (fold)
-        pstep_launch<__nv_bfloat16, 4, true>(s, ops, n_op, max_k, sync, trace, tokens, greedy);
+    if (dh == 64)
+        pstep_launch_form<2>(s, ops, n_op, max_k, sync, dt, folded, trace, tokens, greedy);
     else
-        CK_DISPATCH(dt, (pstep_launch<T, 4, false>(s, ops, n_op, max_k, sync, trace, tokens,
-                                                   greedy)));
+        pstep_launch_form<4>(s, ops, n_op, max_k, sync, dt, folded, trace, tokens, greedy);
 }
