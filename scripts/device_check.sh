@@ -108,10 +108,12 @@ for l in sys.stdin:
     r = json.loads(l)
     pr, dr = r.get("prefill_tok_s_range", [0, 0]), r.get("decode_tok_s_range", [0, 0])
     print("%-5s %-5s %-6s %-3s %-4s b%-3d p%-6d g%-4d x%-2d ttft %7.2f ms  prefill %7.0f t/s"
-          " (%.0f-%.0f)  decode %7.1f t/s (%.1f-%.1f)" % (
+          " (%.0f-%.0f)  decode %7.1f t/s (%.1f-%.1f)%s" % (
         r["dtype"], r["attn"], r["graphs"], r.get("overlap", "-"), r.get("norm_fold", "-"),
         r["batch"], r["prompt"],
         r["gen"],
         r.get("repeat", 1), r["ttft_ms"], r["prefill_tok_s"], pr[0], pr[1],
-        r["decode_tok_s"], dr[0], dr[1]))'
+        r["decode_tok_s"], dr[0], dr[1],
+        "  %.1f%% of %.1f (copy bw %.2f TB/s)" % (100 * r["decode_tok_s"] / r["decode_limit_tok_s"],
+            r["decode_limit_tok_s"], r["copy_gb_s"] / 1e3) if r.get("decode_limit_tok_s") else ""))'
 done

@@ -402,6 +402,12 @@ static void check_overlap(const hr_model *m) {
 int main(void) {
     if (!engine_cuda_available())
         TEST_SKIP("no CUDA device (%s)", engine_cuda_why_not());
+    /* the bench's bound: an H200 copies at ~4.2 TB/s (read + written) */
+    double bw = 0.0;
+    hr_error err;
+    CHECK_OK(hr_device_copy_bandwidth(HR_DEVICE_CUDA, &bw, &err), &err);
+    CHECK_MSG(bw > 1e11 && bw < 2e13, "copy bandwidth %.3g B/s", bw);
+    printf("copy bandwidth %.3f TB/s\n", bw / 1e12);
     static const char *const models[] = {"llama-gqa", "mistral", "qwen2-tied", "llama3-rope",
                                          "llama-linear"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {

@@ -14,6 +14,7 @@
  *   - admission: a request that finds no free sequence (and its KV blocks)
  *     waits, produces nothing until the one ahead has finished, then runs.
  */
+#include "engine/engine.h"
 #include "headroom.h"
 #include "test.h"
 #include "util/alloc.h"
@@ -139,6 +140,13 @@ static void gpu_plan_without_gpu(void) {
     CHECK_OK(hr_plan_compute(m, &p, &pl, &err), &err);
     CHECK(!pl.fits); /* a 12 GiB card cannot hold 7B in bf16 */
     hr_model_free(m);
+    /* the copy bandwidth is timed on cuda only; without a GPU it says why */
+    double bw = -1.0;
+    CHECK(hr_device_copy_bandwidth(HR_DEVICE_CPU, &bw, &err) == HR_ERR_UNSUPPORTED);
+    if (!engine_cuda_available()) {
+        CHECK(hr_device_copy_bandwidth(HR_DEVICE_CUDA, &bw, &err) != HR_OK);
+        CHECK(err.msg[0] != '\0' && bw == -1.0);
+    }
 }
 
 static void sizes(void) {

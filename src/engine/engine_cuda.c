@@ -19,6 +19,10 @@ hr_status engine_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_err
     return cuda_memory(free_bytes, total_bytes, err);
 }
 
+hr_status engine_cuda_copy_bandwidth(double *bytes_per_s, hr_error *err) {
+    return cuda_copy_bandwidth(bytes_per_s, err);
+}
+
 hr_status engine_cuda_backend_create(const hr_model_info *info, const be_params *p,
                                      hr_backend **out, hr_error *err) {
     return backend_cuda_create(info, p, out, err);
@@ -41,6 +45,11 @@ hr_status engine_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_err
     (void)total_bytes;
     return hr_err_set(err, HR_ERR_UNSUPPORTED, "%s; give the budget with --mem",
                       engine_cuda_why_not());
+}
+
+hr_status engine_cuda_copy_bandwidth(double *bytes_per_s, hr_error *err) {
+    (void)bytes_per_s;
+    return hr_err_set(err, HR_ERR_UNSUPPORTED, "%s", engine_cuda_why_not());
 }
 
 hr_status engine_cuda_backend_create(const hr_model_info *info, const be_params *p,

@@ -201,6 +201,58 @@ hr_status cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err
     return HR_OK;
 }
 
+/* Device-to-device copies of n bytes (n = free / 8, at most 1 GiB, at
+ * least 256 MiB: four times an H200's L2, so the copies stream from HBM),
+ * timed with events after one untimed copy; each copy counts its bytes
+ * twice (read and written), as the copy-bandwidth figures people quote. */
+hr_status cuda_copy_bandwidth(double *bytes_per_s, hr_error *err) {
+    uint64_t free_b, total_b;
+    HR_TRY(cuda_memory(&free_b, &total_b, err));
+    uint64_t n = free_b / 8 > ((uint64_t)1 << 30) ? (uint64_t)1 << 30 : free_b / 8 / 4096 * 4096;
+    if (n < ((uint64_t)256 << 20))
+        return hr_err_set(err, HR_ERR_NOMEM,
+                          "cuda: %.0f MiB free, too little to time copies larger than L2",
+                          (double)free_b / (1 << 20));
+    enum { n_copies = 10 };
+    void *src = NULL, *dst = NULL;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    hr_status s = HR_OK;
+    float ms = 0.0f;
+    cudaError_t e = cudaMalloc(&src, n);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&dst, n);
+    if (e == cudaSuccess)
+        e = cudaEventCreate(&ev[0]);
+    if (e == cudaSuccess)
+        e = cudaEventCreate(&ev[1]);
+    if (e == cudaSuccess)
+        e = cudaMemset(src, 0x5a, n);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, 0);
+    if (e == cudaSuccess)
+        e = cudaEventRecord(ev[0], 0);
+    for (int i = 0; i < n_copies && e == cudaSuccess; i++)
+        e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, 0);
+    if (e == cudaSuccess)
+        e = cudaEventRecord(ev[1], 0);
+    if (e == cudaSuccess)
+        e = cudaEventSynchronize(ev[1]);
+    if (e == cudaSuccess)
+        e = cudaEventElapsedTime(&ms, ev[0], ev[1]);
+    if (e != cudaSuccess) {
+        s = hr_err_set(err, HR_ERR_DEVICE, "cuda: timing copies: %s", cudaGetErrorString(e));
+        cudaGetLastError();
+    } else {
+        *bytes_per_s = 2.0 * (double)n * n_copies / ((double)ms * 1e-3);
+    }
+    for (int i = 0; i < 2; i++)
+        if (ev[i])
+            cudaEventDestroy(ev[i]);
+    cudaFree(src);
+    cudaFree(dst);
+    return s;
+}
+
 /* ---------------------------------------------------------------- memory */
 
 /* Device memory: from the arena the engine planned (256-byte aligned

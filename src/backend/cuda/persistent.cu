@@ -468,6 +468,22 @@
  * (test_cuda_pstep 60/60); every run taken that way (one path, no
  * separate usual case): 241.5, 240.5.
  *
+ * Landed later (H200, 2026-12-02, bench/results/2026-12-02-h200-row-
+ * flags.jsonl, two calls, libraries swapped, rounds interleaved): the
+ * x loads zero-filled alone (the part of the rejected build above that
+ * carries no x register between GEMVs): 292.9, 293.0, 293.1 against 292.9,
+ * 292.9, 292.8, then 293.3, 293.3, 293.2 against 293.2, 293.1, 293.0: six
+ * pairs of six faster, by 0.05% on average. Rejected in the second call:
+ * an attention item waiting only for the blocks that hold its head's q, k
+ * and v rows (each block, once its qkv rows are out, publishing the op's
+ * index in a word of its own, one release fence for that and its barrier
+ * arrival; lanes of warp 0 polling the 2-9 blocks an item needs), not for
+ * the grid: correct (test_cuda_pstep 60/60, test_backend_ops 1396/1396)
+ * and 286.8, 286.7, 286.6 against 293.2, 293.1, 293.0; 244.6 against
+ * 248.2 from a 2048-token prompt. As with the o projection started by
+ * head: an attention that begins while other blocks still stream their
+ * GEMV costs more than the barrier it saves (branch wip/row-flags).
+ *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
  * their x loads and norms 228, the attention 371, the grid barriers 534;
@@ -913,14 +929,16 @@ __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ri
     } else {
         /* x into shared memory, every load issued before the first store (a
          * plain loop waits out an L2 round trip per element: the compiler
-         * cannot tell the stores from the loads) */
+         * cannot tell the stores from the loads); the loads past K are
+         * zeros, so no x register lives on into the next GEMV (0.05%
+         * faster, header) */
         const uint4 *x4 = static_cast<const uint4 *>(op.gemv.x);
         constexpr int kXLoads = CK_PSTEP_MAX_K / 8 / kConsumers;
         uint4 xv[kXLoads];
 #pragma unroll
         for (int j = 0; j < kXLoads; j++)
-            if (tid + j * kConsumers < K / 8)
-                xv[j] = __ldcg(x4 + tid + j * kConsumers);
+            xv[j] = tid + j * kConsumers < K / 8 ? __ldcg(x4 + tid + j * kConsumers)
+                                                 : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int j = 0; j < kXLoads; j++)
             if (tid + j * kConsumers < K / 8)
@@ -973,7 +991,7 @@ __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ri
              * each load waited for) warp 0 took 1.77 us on such a piece
              * against 0.46 (timeline, 2026-12-01) */
             /* loads at a time: 4 or 8 spill (168 registers); all 8 with the
-             * next row summed apart fit once no x register was carried
+             * next row summed apart fit now that no x register is carried
              * between GEMVs, and ran 0.3% slower (the header's "Rejected") */
             constexpr int kGroup = 2;
             const int split = seg_per_row - col, n = min(kSegPerWarp, n_seg - s0);
