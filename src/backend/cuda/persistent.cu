@@ -483,6 +483,9 @@
  * 248.2 from a 2048-token prompt. As with the o projection started by
  * head: an attention that begins while other blocks still stream their
  * GEMV costs more than the barrier it saves (branch wip/row-flags).
+ * The machines lent differ by something other than HBM: this kernel ran
+ * 288.5 tok/s on one that copies at 4.27 TB/s (bench's copy bandwidth)
+ * and 293.1 on ones that copy at 4.24 (README).
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
