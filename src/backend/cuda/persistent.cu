@@ -483,9 +483,13 @@
  * 248.2 from a 2048-token prompt. As with the o projection started by
  * head: an attention that begins while other blocks still stream their
  * GEMV costs more than the barrier it saves (branch wip/row-flags).
- * The machines lent differ by something other than HBM: this kernel ran
- * 288.5 tok/s on one that copies at 4.27 TB/s (bench's copy bandwidth)
- * and 293.1 on ones that copy at 4.24 (README).
+ * The machines lent differ, and not in their copy bandwidth: this kernel
+ * ran 288.5 tok/s on one that copies at 4.27 TB/s (bench's copy
+ * bandwidth) and 293.1 on ones that copy at 4.24. A timeline on a faster
+ * one (bench/results/2026-12-02-h200-pstep-timeline-fast.jsonl; a step
+ * 3624 us against 3681 in the one above, most likely on a slower machine)
+ * has the attention and barriers the same within 0.2 us and the GEMV
+ * bodies 1-2% faster: their HBM streams reads faster (README).
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
