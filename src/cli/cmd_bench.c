@@ -348,14 +348,14 @@ int cmd_bench(int argc, char **argv) {
                     peak = (uint64_t)ru.ru_maxrss * 1024u;
                 }
                 /* decode's bound on this machine: the mean step (context prompt +
-                 * gen / 2) at the copy bandwidth; cuda keeps every weight 16-bit */
+                 * gen / 2) at the copy bandwidth; cuda stores every matrix, the
+                 * embedding table too, in the compute type */
                 double step_bytes = 0.0, limit = 0.0;
                 if (cuda && copy_bw > 0) {
                     hr_plan pl;
                     hr_engine_plan(e, &pl);
-                    uint64_t table = in.tie_embeddings ? 0
-                                                       : (uint64_t)in.n_vocab *
-                                                             (uint64_t)in.n_embd * 2u;
+                    const uint64_t row = hr_dtype_row_bytes(want, in.n_embd);
+                    const uint64_t table = in.tie_embeddings ? 0 : (uint64_t)in.n_vocab * row;
                     step_bytes = (double)(mr.weights - table) +
                                  (double)batch * (double)pl.kv_per_token *
                                      ((double)prompt + (double)gen / 2);
