@@ -345,11 +345,16 @@ hr_status hr_plan_compute(const hr_model *model, const hr_engine_params *params,
 hr_status hr_device_memory(hr_device device, uint64_t *free_bytes, uint64_t *total_bytes,
                            hr_error *err);
 
-/* The device's copy bandwidth in bytes a second (read plus written), timed
- * on copies much larger than its cache: what bounds a decode step that
- * reads every weight once (cuda only: HR_ERR_UNSUPPORTED on the cpu). Takes
- * up to 2 GiB of free device memory for ~50 ms; hr_engine_create after. */
-hr_status hr_device_copy_bandwidth(hr_device device, double *bytes_per_s, hr_error *err);
+/* How fast the device moves memory, bytes a second, timed on buffers much
+ * larger than its cache: copies (read plus written, as copy-bandwidth
+ * figures count them) and reads alone (what a decode step does: it reads
+ * every weight once). cuda only: HR_ERR_UNSUPPORTED on the cpu. Takes up to
+ * 2 GiB of free device memory for ~50 ms; hr_engine_create after. */
+typedef struct {
+    double copy_bytes_per_s;
+    double read_bytes_per_s;
+} hr_bandwidth;
+hr_status hr_device_bandwidth(hr_device device, hr_bandwidth *out, hr_error *err);
 
 /* Parses "8GiB", "12GB", "512MiB", "1e9", or "90%" (of total) into bytes. */
 hr_status hr_parse_size(const char *text, uint64_t total, uint64_t *out, hr_error *err);

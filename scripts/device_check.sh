@@ -114,6 +114,9 @@ for l in sys.stdin:
         r["gen"],
         r.get("repeat", 1), r["ttft_ms"], r["prefill_tok_s"], pr[0], pr[1],
         r["decode_tok_s"], dr[0], dr[1],
-        "  %.1f%% of %.1f (copy bw %.2f TB/s)" % (100 * r["decode_tok_s"] / r["decode_limit_tok_s"],
-            r["decode_limit_tok_s"], r["copy_gb_s"] / 1e3) if r.get("decode_limit_tok_s") else ""))'
+        "  %.1f%% of %.1f (copy %.2f TB/s), %.1f%% of %.1f (read %.2f TB/s)" % (
+            100 * r["decode_tok_s"] / r["decode_limit_tok_s"], r["decode_limit_tok_s"],
+            r["copy_gb_s"] / 1e3, 100 * r["decode_tok_s"] / r["decode_read_limit_tok_s"],
+            r["decode_read_limit_tok_s"], r["read_gb_s"] / 1e3)
+        if r.get("decode_read_limit_tok_s") else ""))'
 done

@@ -140,12 +140,12 @@ static void gpu_plan_without_gpu(void) {
     CHECK_OK(hr_plan_compute(m, &p, &pl, &err), &err);
     CHECK(!pl.fits); /* a 12 GiB card cannot hold 7B in bf16 */
     hr_model_free(m);
-    /* the copy bandwidth is timed on cuda only; without a GPU it says why */
-    double bw = -1.0;
-    CHECK(hr_device_copy_bandwidth(HR_DEVICE_CPU, &bw, &err) == HR_ERR_UNSUPPORTED);
+    /* the bandwidth is timed on cuda only; without a GPU it says why */
+    hr_bandwidth bw = {-1.0, -1.0};
+    CHECK(hr_device_bandwidth(HR_DEVICE_CPU, &bw, &err) == HR_ERR_UNSUPPORTED);
     if (!engine_cuda_available()) {
-        CHECK(hr_device_copy_bandwidth(HR_DEVICE_CUDA, &bw, &err) != HR_OK);
-        CHECK(err.msg[0] != '\0' && bw == -1.0);
+        CHECK(hr_device_bandwidth(HR_DEVICE_CUDA, &bw, &err) != HR_OK);
+        CHECK(err.msg[0] != '\0' && bw.copy_bytes_per_s == -1.0 && bw.read_bytes_per_s == -1.0);
     }
 }
 

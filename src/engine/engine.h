@@ -104,8 +104,9 @@ const char *engine_cuda_why_not(void);
 const char *engine_cuda_device_name(void);
 /* Free and total memory of CUDA device 0. */
 hr_status engine_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err);
-/* Copy bandwidth of CUDA device 0 (cuda_copy_bandwidth). */
-hr_status engine_cuda_copy_bandwidth(double *bytes_per_s, hr_error *err);
+/* Copy and read bandwidth of CUDA device 0 (cuda_bandwidth). */
+hr_status engine_cuda_bandwidth(double *copy_bytes_per_s, double *read_bytes_per_s,
+                                hr_error *err);
 /* The CPU's model name (/proc/cpuinfo) and the process's resident bytes. */
 const char *engine_cpu_name(void);
 uint64_t engine_host_rss(void);

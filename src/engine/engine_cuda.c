@@ -19,8 +19,9 @@ hr_status engine_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_err
     return cuda_memory(free_bytes, total_bytes, err);
 }
 
-hr_status engine_cuda_copy_bandwidth(double *bytes_per_s, hr_error *err) {
-    return cuda_copy_bandwidth(bytes_per_s, err);
+hr_status engine_cuda_bandwidth(double *copy_bytes_per_s, double *read_bytes_per_s,
+                                hr_error *err) {
+    return cuda_bandwidth(copy_bytes_per_s, read_bytes_per_s, err);
 }
 
 hr_status engine_cuda_backend_create(const hr_model_info *info, const be_params *p,
@@ -47,8 +48,10 @@ hr_status engine_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_err
                       engine_cuda_why_not());
 }
 
-hr_status engine_cuda_copy_bandwidth(double *bytes_per_s, hr_error *err) {
-    (void)bytes_per_s;
+hr_status engine_cuda_bandwidth(double *copy_bytes_per_s, double *read_bytes_per_s,
+                                hr_error *err) {
+    (void)copy_bytes_per_s;
+    (void)read_bytes_per_s;
     return hr_err_set(err, HR_ERR_UNSUPPORTED, "%s", engine_cuda_why_not());
 }
 

@@ -106,10 +106,10 @@ hr_status hr_device_memory(hr_device device, uint64_t *free_bytes, uint64_t *tot
     return HR_OK;
 }
 
-hr_status hr_device_copy_bandwidth(hr_device device, double *bytes_per_s, hr_error *err) {
+hr_status hr_device_bandwidth(hr_device device, hr_bandwidth *out, hr_error *err) {
     if (device == HR_DEVICE_CUDA)
-        return engine_cuda_copy_bandwidth(bytes_per_s, err);
-    return hr_err_set(err, HR_ERR_UNSUPPORTED, "copy bandwidth: measured on cuda only");
+        return engine_cuda_bandwidth(&out->copy_bytes_per_s, &out->read_bytes_per_s, err);
+    return hr_err_set(err, HR_ERR_UNSUPPORTED, "bandwidth: measured on cuda only");
 }
 
 hr_status hr_parse_size(const char *text, uint64_t total, uint64_t *out, hr_error *err) {

@@ -201,51 +201,64 @@ hr_status cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err
     return HR_OK;
 }
 
-/* Device-to-device copies of n bytes (n = free / 8, at most 1 GiB, at
- * least 256 MiB: four times an H200's L2, so the copies stream from HBM),
- * timed with events after one untimed copy; each copy counts its bytes
- * twice (read and written), as the copy-bandwidth figures people quote. */
-hr_status cuda_copy_bandwidth(double *bytes_per_s, hr_error *err) {
+/* Buffers of n bytes (n = free / 8, at most 1 GiB, at least 256 MiB: four
+ * times an H200's L2, so every pass streams from HBM): 10 device-to-device
+ * copies, each counting its bytes twice (read and written, as copy-bandwidth
+ * figures do), then 10 passes of ck_read_stream over one buffer, each timed
+ * with events after an untimed one of its kind. */
+hr_status cuda_bandwidth(double *copy_bytes_per_s, double *read_bytes_per_s, hr_error *err) {
     uint64_t free_b, total_b;
     HR_TRY(cuda_memory(&free_b, &total_b, err));
     uint64_t n = free_b / 8 > ((uint64_t)1 << 30) ? (uint64_t)1 << 30 : free_b / 8 / 4096 * 4096;
     if (n < ((uint64_t)256 << 20))
         return hr_err_set(err, HR_ERR_NOMEM,
-                          "cuda: %.0f MiB free, too little to time copies larger than L2",
+                          "cuda: %.0f MiB free, too little to time passes larger than L2",
                           (double)free_b / (1 << 20));
-    enum { n_copies = 10 };
+    enum { n_passes = 10 };
     void *src = NULL, *dst = NULL;
-    cudaEvent_t ev[2] = {NULL, NULL};
+    cudaEvent_t ev[4] = {NULL, NULL, NULL, NULL};
     hr_status s = HR_OK;
-    float ms = 0.0f;
+    float copy_ms = 0.0f, read_ms = 0.0f;
     cudaError_t e = cudaMalloc(&src, n);
     if (e == cudaSuccess)
         e = cudaMalloc(&dst, n);
-    if (e == cudaSuccess)
-        e = cudaEventCreate(&ev[0]);
-    if (e == cudaSuccess)
-        e = cudaEventCreate(&ev[1]);
+    for (int i = 0; i < 4 && e == cudaSuccess; i++)
+        e = cudaEventCreate(&ev[i]);
     if (e == cudaSuccess)
         e = cudaMemset(src, 0x5a, n);
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, 0);
     if (e == cudaSuccess)
         e = cudaEventRecord(ev[0], 0);
-    for (int i = 0; i < n_copies && e == cudaSuccess; i++)
+    for (int i = 0; i < n_passes && e == cudaSuccess; i++)
         e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, 0);
     if (e == cudaSuccess)
         e = cudaEventRecord(ev[1], 0);
+    /* the reads' sink: the destination's first word (the copies are done) */
+    for (int i = 0; i <= n_passes && e == cudaSuccess; i++) {
+        if (i == 1)
+            e = cudaEventRecord(ev[2], 0);
+        ck_read_stream(0, src, (int64_t)n, (unsigned *)dst);
+        if (e == cudaSuccess)
+            e = cudaGetLastError();
+    }
     if (e == cudaSuccess)
-        e = cudaEventSynchronize(ev[1]);
+        e = cudaEventRecord(ev[3], 0);
     if (e == cudaSuccess)
-        e = cudaEventElapsedTime(&ms, ev[0], ev[1]);
+        e = cudaEventSynchronize(ev[3]);
+    if (e == cudaSuccess)
+        e = cudaEventElapsedTime(&copy_ms, ev[0], ev[1]);
+    if (e == cudaSuccess)
+        e = cudaEventElapsedTime(&read_ms, ev[2], ev[3]);
     if (e != cudaSuccess) {
-        s = hr_err_set(err, HR_ERR_DEVICE, "cuda: timing copies: %s", cudaGetErrorString(e));
+        s = hr_err_set(err, HR_ERR_DEVICE, "cuda: timing copies and reads: %s",
+                       cudaGetErrorString(e));
         cudaGetLastError();
     } else {
-        *bytes_per_s = 2.0 * (double)n * n_copies / ((double)ms * 1e-3);
+        *copy_bytes_per_s = 2.0 * (double)n * n_passes / ((double)copy_ms * 1e-3);
+        *read_bytes_per_s = (double)n * n_passes / ((double)read_ms * 1e-3);
     }
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 4; i++)
         if (ev[i])
             cudaEventDestroy(ev[i]);
     cudaFree(src);

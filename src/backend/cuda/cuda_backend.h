@@ -18,9 +18,9 @@ const char *cuda_device_name(void);
 /* Free and total memory of device 0 (cudaMemGetInfo). */
 hr_status cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err);
 
-/* The device's copy bandwidth (bytes read plus written a second), timed on
- * device-to-device copies much larger than L2; the buffers are freed after. */
-hr_status cuda_copy_bandwidth(double *bytes_per_s, hr_error *err);
+/* The device's copy bandwidth (bytes read plus written a second) and read
+ * bandwidth, timed on buffers much larger than L2; freed after. */
+hr_status cuda_bandwidth(double *copy_bytes_per_s, double *read_bytes_per_s, hr_error *err);
 
 /* Decode steps of one row at positions below this run as one kernel
  * (persistent.cu; its attention walks the keys with one warp a key, and the

@@ -308,6 +308,12 @@ void ck_sample(cudaStream_t s, int32_t *tokens, const float *logits, int64_t ld,
                const ck_sample_params *params, void *work, const ck_chain *chain);
 size_t ck_sample_work_bytes(int n, int V);
 
+/* ---- the device's read bandwidth (bandwidth.cu) */
+
+/* Reads bytes (a multiple of 16, 16-byte aligned) at p once; sink gets a
+ * word only in the rare case that all of it folds to a constant. */
+void ck_read_stream(cudaStream_t s, const void *p, int64_t bytes, unsigned *sink);
+
 #ifdef __cplusplus
 }
 #endif
