@@ -1320,14 +1320,20 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, uint64_t *tl_op,
          * as loaded (EPL elements of T a lane) until used */
         typedef typename ck_vec<EPL * sizeof(T)>::type KV;
         KV kr[ATT_U], vr[ATT_U];
-        /* the round's rows; in the first round lane u holds row u's page */
-        auto load_keys = [&](int p, bool first_round, int page) {
+        /* lane u < ATT_U: the page of key p + u kWarps of a round p, loaded
+         * a round ahead, so that a round's rows are one round trip away */
+        auto pages_of = [&](int p) {
+            const int pp = p + lane * kWarps;
+            return lane < ATT_U && pp < p1 ? bt[pp / BS] : 0;
+        };
+        /* the round's rows (page: pages_of(p)) */
+        auto load_keys = [&](int p, int page) {
 #pragma unroll
             for (int u = 0; u < ATT_U; u++) {
                 const int pp = p + u * kWarps;
                 if (pp >= p1)
                     continue;
-                const int pg = first_round ? __shfl_sync(0xffffffffu, page, u) : bt[pp / BS];
+                const int pg = __shfl_sync(0xffffffffu, page, u);
                 const int64_t at = (((int64_t)pg * Hkv + kvh) * BS + pp % BS) * Dh + lane * EPL;
                 if (pp == ctx - 1) {
                     /* this step's k and v: from qkv, k rotated here; the
@@ -1353,17 +1359,17 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, uint64_t *tl_op,
                 }
             }
         };
-        /* the first round's pages (lane u: row u's), the wait (the first
-         * item), then q and the round's rows in flight together, then q
-         * rotated */
-        const int pp_lane = p0 + warp + lane * kWarps;
-        const int page = lane < ATT_U && pp_lane < p1 ? bt[pp_lane / BS] : 0;
+        /* the first two rounds' pages (lane u: row u's), the wait (the
+         * first item), then q and the round's rows in flight together, then
+         * q rotated */
+        const int page = pages_of(p0 + warp);
+        int next_page = pages_of(p0 + warp + kWarps * ATT_U);
         if (item == (int)blockIdx.x)
             grid_wait(before);
         float q[EPL];
         ck_load_n_cg<T, EPL>(qkv + (int64_t)h * Dh + lane * EPL, q);
         if (p0 + warp < p1)
-            load_keys(p0 + warp, true, page);
+            load_keys(p0 + warp, page);
         rope_row<T, EPL>(q, sn, cs, op.attn.neox, lane);
 #pragma unroll
         for (int e = 0; e < EPL; e++)
@@ -1419,8 +1425,10 @@ __device__ void attn_op(const ck_pstep_op &op, float *scratch, uint64_t *tl_op,
                     o[e] = fmaf(pe, vf[e], o[e]);
             }
             m = m_new;
-            if (p + kWarps * ATT_U < p1)
-                load_keys(p + kWarps * ATT_U, false, 0); /* the next round */
+            if (p + kWarps * ATT_U < p1) { /* the next round, and the pages of the one after */
+                load_keys(p + kWarps * ATT_U, next_page);
+                next_page = pages_of(p + 2 * kWarps * ATT_U);
+            }
         }
         if (kTimeline && tl_op && tid == 0)
             tl_op[5] = now_ns();
