@@ -491,6 +491,29 @@
  * has the attention and barriers the same within 0.2 us and the GEMV
  * bodies 1-2% faster: their HBM streams reads faster (README).
  *
+ * Landed later (H200, 2026-12-02, bench/results/2026-12-02-h200-kv-ring-
+ * page-ahead.jsonl, four calls, libraries swapped, rounds interleaved):
+ * the attention's pages loaded a round ahead (lane u holds the page of
+ * the next round's key u, loaded beside this round's rows), so that a
+ * round's K and V loads wait for no block-table load before them: 247.8
+ * against 245.1 tok/s from a 2048-token prompt, 288.5, 288.6 against
+ * 288.6, 288.6 from 128 tokens, 114.3 against 114.2 at 32k (test_cuda_
+ * pstep 60/60, test_cuda_model 183/183).
+ * Rejected (branch wip/kv-ring): the first round of each block's item
+ * (64 keys of K and V) copied into a ring stage by the producer while the
+ * qkv GEMV streams, so that after the barrier the attention waits only
+ * for q. Its timeline (a faster machine): q in 1.0 us after the pass
+ * (2.2 in the timelines before), the arrival 3.1 (3.9), a step at 228 positions 3585
+ * us (3624); but the stage's refill in flight made the attention's
+ * release fence take 1.7 us (0.4), 1.5 with the refill held until that
+ * arrival: 291.8, 292.0 against 293.1, 293.1 tok/s. From a 2048-token
+ * prompt 221.3 against 248.4: its later rounds took 3.4 us each, most
+ * likely because, without the first round's block-table loads before
+ * the wait, the table's lines were not in L1 and each round waited for a
+ * table load and then for its rows. With the pages a round ahead: 288.3,
+ * 288.3 against 288.6, 288.6, and 245.7 against 245.1 (test_cuda_pstep
+ * 60/60): no gain over the pages alone.
+ *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
  * their x loads and norms 228, the attention 371, the grid barriers 534;
