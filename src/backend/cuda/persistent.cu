@@ -512,7 +512,12 @@
  * the wait, the table's lines were not in L1 and each round waited for a
  * table load and then for its rows. With the pages a round ahead: 288.3,
  * 288.3 against 288.6, 288.6, and 245.7 against 245.1 (test_cuda_pstep
- * 60/60): no gain over the pages alone.
+ * 60/60): no gain over the pages alone. In its timeline the attention
+ * took 6.9 us from the first pass to the last against 6.4, its items'
+ * arrivals 1 us sooner after their own pass: some blocks passed late,
+ * most likely waiting for the ring's copy of the round (from HBM: the L2
+ * prefetch left those rows out). With them prefetched as well: 289.3,
+ * 289.2 against 289.6, 289.8 for the pages alone (a fifth call).
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
