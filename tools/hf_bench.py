@@ -51,14 +51,16 @@ def run(shape, attn, prompt, gen, compile_):
         # transformers 5 (graph outputs overwritten by the next replay)
         model.generation_config.cache_implementation = "static"
     with torch.no_grad():
-        if compile_:
-            # compilation is per shape: warm up with exactly the timed calls
-            # (on 2026-11-30 a 16-token warm-up left the recompilation inside
-            # the timing: 7 tok/s, 653 ms to the first token)
-            for n_new in (1, gen, 1, gen):
-                model.generate(ids, max_new_tokens=n_new, min_new_tokens=n_new, **kw)
-        else:  # warm-up
-            model.generate(ids[:, :16], max_new_tokens=8, min_new_tokens=8, **kw)
+        # warm up with exactly the timed calls: whatever is set up per shape
+        # (compilation; attention kernels chosen per sequence length) then
+        # stays out of the timing. On 2026-11-30 a 16-token warm-up left the
+        # recompilation inside it (compiled: 7 tok/s, 653 ms to the first
+        # token). The sdpa rows measured after such a warm-up (2026-11-29 to
+        # 12-01: 10.7-13.4 tok/s, 726-912 ms to the first token, against
+        # eager's 26-39 tok/s and 59-86 ms) were far below eager; whether
+        # from setup of this kind was not measured
+        for n_new in (1, gen, 1, gen) if compile_ else (1, gen):
+            model.generate(ids, max_new_tokens=n_new, min_new_tokens=n_new, **kw)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         model.generate(ids, max_new_tokens=1, min_new_tokens=1, **kw)
