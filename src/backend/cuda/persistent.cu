@@ -519,6 +519,29 @@
  * prefetch left those rows out). With them prefetched as well: 289.3,
  * 289.2 against 289.6, 289.8 for the pages alone (a fifth call).
  *
+ * Rejected (H200, 2026-12-02, bench/results/2026-12-02-h200-fused-mlp.
+ * jsonl, four calls, branch wip/fused-mlp): the MLP as one op. The down
+ * GEMV neither waiting at the barrier after gate/up nor loading its x
+ * (measurement only, wrong results) ran 301.6, 301.7 tok/s against 293.5,
+ * 293.2: that barrier and x load cost 2.8%. Built for real: a block keeps
+ * its h rows [a, b) in shared memory and multiplies them into its columns
+ * [a, b) of the down matrix, fetched as boxes of 104 columns x 157 rows
+ * (TMA, a tensor map per layer; the box starts at a rounded down to 8),
+ * each thread a row of a box, the partial rows added into the residual's
+ * pending sums as fixed-point 64-bit atomics (so the same step gives the
+ * same bits), which the next norm and the o GEMV's residual add take in.
+ * Correct (test_cuda_pstep 60/60, test_cuda_model 183/183) but 275.0,
+ * 274.8 against 293.4, 293.0; the blocks starting at boxes of their own
+ * (the atomics spread over the rows) 271.9, 271.5 against 291.7, 291.8,
+ * without the atomics (measurement only) 274.0, 273.9; 8 accumulators a
+ * row 271.1, 270.6, and no arithmetic nor atomics at all 273.0, against
+ * 289.8 (a third machine). So the column boxes' fetch is the cost (rows
+ * of 208 bytes 22 KB apart), not the sums; with the fused code present
+ * but not taken (HEADROOM_CUDA_FUSE_MLP=0) 290.3 against 293.0-293.4
+ * (155 registers against 142). A down matrix stored transposed (each
+ * block's columns one contiguous run) would fetch as the GEMVs do, but
+ * needs the transposed form in every path that reads it: not built.
+ *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
  * their x loads and norms 228, the attention 371, the grid barriers 534;
