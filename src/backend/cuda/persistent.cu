@@ -540,7 +540,9 @@
  * but not taken (HEADROOM_CUDA_FUSE_MLP=0) 290.3 against 293.0-293.4
  * (155 registers against 142). A down matrix stored transposed (each
  * block's columns one contiguous run) would fetch as the GEMVs do, but
- * needs the transposed form in every path that reads it: not built.
+ * needs the transposed form in every path that reads it: not built (a
+ * measurement build with a transposed copy, branch wip/fused-mlp-t, has
+ * not run yet).
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
