@@ -236,11 +236,10 @@ hr_status cuda_bandwidth(double *copy_bytes_per_s, double *read_bytes_per_s, hr_
         e = cudaEventRecord(ev[1], 0);
     /* the reads' sink: the destination's first word (the copies are done) */
     for (int i = 0; i <= n_passes && e == cudaSuccess; i++) {
-        if (i == 1)
-            e = cudaEventRecord(ev[2], 0);
+        if (i == 1 && (e = cudaEventRecord(ev[2], 0)) != cudaSuccess)
+            break;
         ck_read_stream(0, src, (int64_t)n, (unsigned *)dst);
-        if (e == cudaSuccess)
-            e = cudaGetLastError();
+        e = cudaGetLastError();
     }
     if (e == cudaSuccess)
         e = cudaEventRecord(ev[3], 0);
