@@ -538,11 +538,33 @@
  * 289.8 (a third machine). So the column boxes' fetch is the cost (rows
  * of 208 bytes 22 KB apart), not the sums; with the fused code present
  * but not taken (HEADROOM_CUDA_FUSE_MLP=0) 290.3 against 293.0-293.4
- * (155 registers against 142). A down matrix stored transposed (each
- * block's columns one contiguous run) would fetch as the GEMVs do, but
- * needs the transposed form in every path that reads it: not built (a
- * measurement build with a transposed copy, branch wip/fused-mlp-t, has
- * not run yet).
+ * (155 registers against 142). With the down matrix transposed (a copy
+ * made at the first step, outside the plan; branch wip/fused-mlp-t, each
+ * block's rows of it one contiguous run through the ring, 16 output
+ * columns a thread; bench/results/2026-12-02-h200-step-edges.jsonl):
+ * correct (test_cuda_pstep 60/60) and slower still, 256.9, 257.0, 257.0
+ * against 289.8, 289.7, 289.8. Whatever the fetch, a fused MLP exchanges
+ * every block's 4096 partial sums a layer (132 x 4096 atomics, ~50 times
+ * the bytes of the down GEMV's x load) where the two-op form exchanges h
+ * once. Dropped.
+ *
+ * The step's edges (same file, two calls, libraries swapped, rounds
+ * interleaved). The whole step run twice a launch (measurement only: one
+ * token a launch; branch wip/step-edges): 146.39, 146.41, 146.39 tok/s
+ * against 292.36, 292.40, 292.30 for the same build run once, so a launch
+ * boundary (the lm head's tail, the last block's emit, the kernel's exit
+ * and the next one's start with its ring empty) costs 10.3 us a step
+ * (0.3%): several steps a launch would take most of it back, but the loop
+ * over passes alone cost 0.2% (292.35 against 292.86-293.17 for main) and
+ * the host would take tokens several at a time (not built). The
+ * embedding written whole by every block, which then reads its own x, so
+ * that no barrier follows it: 291.89, 291.96, 291.83 against 292.35
+ * (correct, test_cuda_pstep 60/60): 132 blocks writing the same 16 KB
+ * cost more than the barrier. Each block, once out of the step,
+ * bulk-prefetching into L2 the first 2, 4 or 6 pieces of its qkv rows,
+ * which the next launch copies first (branch wip/next-step-l2), three
+ * rounds' means: 289.69, 289.71, 289.52 against 289.83 for main (a slower
+ * machine): no gain.
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
