@@ -555,8 +555,19 @@
  * boundary (the lm head's tail, the last block's emit, the kernel's exit
  * and the next one's start with its ring empty) costs 10.3 us a step
  * (0.3%): several steps a launch would take most of it back, but the loop
- * over passes alone cost 0.2% (292.35 against 292.86-293.17 for main) and
- * the host would take tokens several at a time (not built). The
+ * over passes alone cost 0.2% (292.35 against 292.86-293.17 for main).
+ * Built on branch wip/multi-step (8895a4e): a greedy chained step runs up
+ * to 8 steps a launch (each step's embedding draws the token from the
+ * step before's rank, two rank slots alternating; block 0 advances the
+ * chain's metadata, which the attention then reads through L2), and the
+ * engine hands out a chain's tokens one an engine step (test_engine_
+ * overlap checks that on the CPU through a stand-in). Its one device
+ * call (same file): one step a launch from that build 288.86 against
+ * 289.84, 289.84 for main (-0.34%: the restructured kernel, 144 registers
+ * against 142, costs more than a chain of 8 could take back, ~0.26%,
+ * unless the chain is a kernel form of its own); the chains themselves
+ * were refused by a host check that replayed graphs cannot pass (fixed on
+ * the branch, not run). The
  * embedding written whole by every block, which then reads its own x, so
  * that no barrier follows it: 291.89, 291.96, 291.83 against 292.35
  * (correct, test_cuda_pstep 60/60): 132 blocks writing the same 16 KB
