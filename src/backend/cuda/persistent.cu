@@ -548,7 +548,7 @@
  * the bytes of the down GEMV's x load) where the two-op form exchanges h
  * once. Dropped.
  *
- * The step's edges (same file, two calls, libraries swapped, rounds
+ * The step's edges (same file, three calls, libraries swapped, rounds
  * interleaved). The whole step run twice a launch (measurement only: one
  * token a launch; branch wip/step-edges): 146.39, 146.41, 146.39 tok/s
  * against 292.36, 292.40, 292.30 for the same build run once, so a launch
@@ -566,10 +566,11 @@
  * 289.84, 289.84 for main (-0.34%: the restructured kernel, 144 registers
  * against 142, costs more than a chain of 8 could take back, ~0.26%,
  * unless the chain is a kernel form of its own); the chains themselves
- * were refused by a host check that replayed graphs cannot pass (fixed on
- * the branch, not run). The
- * embedding written whole by every block, which then reads its own x, so
- * that no barrier follows it: 291.89, 291.96, 291.83 against 292.35
+ * were refused by a host check that replayed graphs cannot pass. Both
+ * mended on the branch (3183f6c: the chain a kernel form of its own, the
+ * one-step form with main's register counts), not yet run.
+ * The embedding written whole by every block, which then reads its own x,
+ * so that no barrier follows it: 291.89, 291.96, 291.83 against 292.35
  * (correct, test_cuda_pstep 60/60): 132 blocks writing the same 16 KB
  * cost more than the barrier. Each block, once out of the step,
  * bulk-prefetching into L2 the first 2, 4 or 6 pieces of its qkv rows,
