@@ -102,7 +102,10 @@ int sizes_cuda_splits(const hr_model_info *in, const be_config *cfg) {
 /* embed, first norm, per layer 5 row ops and 4 GEMVs, gather, lm head; a
  * GEMV of N rows is at most ceil(N / SIZES_CUDA_PSTEP_ROWS) ops (one block) */
 uint64_t sizes_cuda_pstep_ops(const hr_model_info *in) {
-    const int64_t R = SIZES_CUDA_PSTEP_ROWS;
+    return sizes_cuda_pstep_ops_cut(in, SIZES_CUDA_PSTEP_ROWS);
+}
+
+uint64_t sizes_cuda_pstep_ops_cut(const hr_model_info *in, int64_t R) {
     const int64_t qkv = (int64_t)(in->n_head + 2 * in->n_head_kv) * in->head_dim;
     const int64_t per_layer = 5 + (qkv + R - 1) / R + (in->n_embd + R - 1) / R +
                               (2 * in->n_ff + R - 1) / R + (in->n_embd + R - 1) / R;

@@ -70,6 +70,9 @@ uint64_t sizes_workspace(sizes_device d, const be_params *p, const hr_model_info
 /* its counters: the grid barrier, the blocks done, the greedy rank (64 bits) */
 #define SIZES_CUDA_PSTEP_SYNC 4
 uint64_t sizes_cuda_pstep_ops(const hr_model_info *in);
+/* the same with GEMVs cut every R rows (the backend's R: the rows a block
+ * takes times its blocks) */
+uint64_t sizes_cuda_pstep_ops_cut(const hr_model_info *in, int64_t R);
 /* its attention splits' partials: (n_head, splits, head_dim + 1) 8-byte words */
 uint64_t sizes_cuda_pstep_parts_bytes(const hr_model_info *in, int splits);
 /* Flash-decoding splits for this configuration. */

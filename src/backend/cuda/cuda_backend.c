@@ -619,6 +619,10 @@ static bool pstep_eligible(const cuda_backend *c, const hr_model_info *in) {
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
         if (widths[i] % 256 != 0 || widths[i] > CK_PSTEP_MAX_K)
             return false;
+    const int blocks = ck_pstep_blocks();
+    if (blocks <= 0 ||
+        sizes_cuda_pstep_ops_cut(in, (int64_t)CK_PSTEP_ROWS * blocks) > CK_PSTEP_MAX_OPS)
+        return false;
     return ck_pstep_supported(c->dt, in->head_dim, (int)pstep_widest_k(in));
 }
 

@@ -249,6 +249,9 @@ typedef struct {
  * 128, a row of at most CK_PSTEP_MAX_K elements for the row ops. */
 #define CK_PSTEP_MAX_K 16384
 #define CK_PSTEP_ROWS 256
+/* ops a program may have: the producer keeps each ring stage's op index
+ * in 10 bits (persistent.cu's produce) */
+#define CK_PSTEP_MAX_OPS 1023
 /* whether the kernel takes this head size and widest K (of any GEMV) and
  * fits on this device */
 int ck_pstep_supported(ck_dtype dt, int dh, int max_k);

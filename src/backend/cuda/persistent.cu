@@ -567,8 +567,14 @@
  * against 142, costs more than a chain of 8 could take back, ~0.26%,
  * unless the chain is a kernel form of its own); the chains themselves
  * were refused by a host check that replayed graphs cannot pass. Both
- * mended on the branch (3183f6c: the chain a kernel form of its own, the
- * one-step form with main's register counts), not yet run.
+ * mended on the branch (6a4635b: the chain a kernel form of its own, the
+ * one-step form with main's register counts; bench/results/2026-12-02-
+ * h200-chains-l2-pin.jsonl, one call, three rounds): chains of 8 293.46,
+ * 293.27, 293.10 tok/s, the same build one step a launch 293.20, 293.02,
+ * 292.98, main 293.18, 293.39, 293.00 (test_cuda_pstep 60/60, the greedy
+ * chains included; test_cuda_model 183/183). +0.03%, inside the noise: a
+ * chain's step pays back in its loop what the boundary saved, and streams
+ * would come in bursts of 8 tokens. Not landed.
  * The embedding written whole by every block, which then reads its own x,
  * so that no barrier follows it: 291.89, 291.96, 291.83 against 292.35
  * (correct, test_cuda_pstep 60/60): 132 blocks writing the same 16 KB
@@ -577,6 +583,39 @@
  * which the next launch copies first (branch wip/next-step-l2), three
  * rounds' means: 289.69, 289.71, 289.52 against 289.83 for main (a slower
  * machine): no gain.
+ *
+ * Rejected (same file as the chains, one call): weights kept in L2 from
+ * one step to the next, so that a step reads fewer bytes from HBM (branch
+ * wip/l2-pin; L2 is 60 MB, of which the driver lets 37.5 be set aside for
+ * persisting lines). One 32 KB piece of each block's share of the first
+ * 4, 6, 8 or 10 gate/up GEMVs copied with an evict_last policy (17-43 MB)
+ * and the set-aside at its most: 253.7, 253.5, 253.2, 252.7 tok/s against
+ * 292.9 for the build with nothing pinned; the set-aside costs 13.6%
+ * whatever is pinned (the K/V rows and activations lose that part of L2,
+ * most likely). evict_last without a set-aside: 292.73, 292.88 against
+ * 292.94, 292.77: no gain.
+ *
+ * Landed later (H200, 2026-12-02, bench/results/2026-12-02-h200-pstep-no-
+ * division.jsonl, one call on a machine of the slower kind, read 4.48
+ * TB/s, libraries swapped, three rounds): no integer division a piece.
+ * The producer and each GEMV's consumers had computed a piece's stage
+ * and parity as piece % n_stages and piece / n_stages, the consumers a
+ * run's row and column as a division by the row's segments (n_stages and
+ * K are run-time values: ~20 instructions each), and the producer kept
+ * its holds in an array indexed by stage (local memory, a load and a
+ * store between a freed stage and its refill). Now stage, parity, row and
+ * column are carried from piece to piece, the holds are 10-bit fields of
+ * one register (CK_PSTEP_MAX_OPS), and the stage's expect_tx is issued
+ * before the wait for the copy kInFlight back (so that once that copy
+ * lands only the next copy's issue is left): 292.46, 292.63, 292.51 tok/s
+ * against 289.92, 289.75, 289.73 (+0.94%); the producer part alone 291.10,
+ * 291.06, 290.99, the consumers' alone 291.63, 291.67, 291.62; the 32k
+ * context 114.19 against 114.21 (test_cuda_pstep 60/60, test_cuda_model
+ * 183/183). Registers at head size 128: bf16 144/144 (142), f16 140; no
+ * spills. A few
+ * instructions a piece show: the producer reacts to a landing or a freed
+ * stage within a piece's ~1 us, and the consumers race the ring at each
+ * GEMV's start.
  *
  * Where a token's 4078 us go (one call, each part left out in turn, the
  * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
@@ -787,14 +826,21 @@ __device__ __forceinline__ void tl_lands(uint64_t *tl, uint64_t *full, int n_sta
 __device__ void produce(const ck_pstep_op *prog, int n_op, uint8_t *ring, int n_stages,
                         uint64_t *full, uint64_t *empty, uint64_t *tl,
                         const volatile int *arrived) {
-    /* hold[st]: the refill of stage st waits until *arrived >= hold[st] (0:
-     * it need not), i.e. for the arrival after the GEMV that used it last */
-    int hold[kMaxStages] = {};
+    /* hold: 10 bits a stage, the refill of stage st waits until *arrived >=
+     * its field (0: it need not), i.e. for the arrival after the GEMV that
+     * used it last (n_op <= CK_PSTEP_MAX_OPS). Bit fields rather than
+     * an array: a stage indexed array lives in local memory, two loads of
+     * it between a freed stage and its refill. */
+    uint64_t hold = 0;
     /* weights are read once a step: let them leave L2 first (evict_normal
      * measured 2% slower: the header's "Rejected") */
     uint64_t policy;
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
     int piece = 0, landed = 0;
+    /* piece's stage and the parity of its use of it, kept as the pieces go
+     * (no division a piece): the stage's fill number is piece / n_stages */
+    int st = 0;
+    unsigned phase = 0;
     for (int i = 0; i < n_op; i++) {
         if (prog[i].kind != CKP_GEMV)
             continue;
@@ -807,33 +853,41 @@ __device__ void produce(const ck_pstep_op *prog, int n_op, uint8_t *ring, int n_
             const uint8_t *src = static_cast<const uint8_t *>(g.W) +
                                  ((int64_t)run * g.pair + rows.x) * g.K * 2;
             for (int64_t off = 0; off < bytes; off += kPiece, piece++) {
-                const int st = piece % n_stages;
+                const int shift = st * 10;
                 if (piece >= n_stages) { /* its previous piece consumed by all warps */
-                    const unsigned parity = (unsigned)(piece / n_stages - 1) & 1u;
                     if (kTimeline && tl)
-                        while (!mbar_test(&empty[st], parity))
+                        while (!mbar_test(&empty[st], phase ^ 1u))
                             tl_lands(tl, full, n_stages, piece, landed);
                     else
-                        mbar_wait(&empty[st], parity);
-                    while (*arrived < hold[st])
+                        mbar_wait(&empty[st], phase ^ 1u);
+                    const int until = (int)(hold >> shift) & 1023;
+                    while (*arrived < until)
                         if (kTimeline && tl)
                             tl_lands(tl, full, n_stages, piece, landed);
                 }
                 /* the op's last pieces; at most n_stages, so that no refill
                  * waits for the end of the op it belongs to */
-                hold[st] = piece > last_piece - min(kHold, n_stages) ? i + 1 : 0;
-                if (piece >= kInFlight) { /* the copy kInFlight back has landed */
-                    const int q = piece - kInFlight;
-                    mbar_wait(&full[q % n_stages], (unsigned)(q / n_stages) & 1u);
-                }
+                const uint64_t until = piece > last_piece - min(kHold, n_stages) ? i + 1 : 0;
+                hold = (hold & ~(1023ull << shift)) | until << shift;
                 const unsigned len = (unsigned)min((int64_t)kPiece, bytes - off);
+                /* the stage's next phase needs the copy's bytes: expecting
+                 * them now takes the arrival off the path from the landing
+                 * waited for below to the copy */
+                mbar_arrive_expect(&full[st], len);
+                if (piece >= kInFlight) { /* the copy kInFlight back has landed */
+                    const int q = st >= kInFlight ? st - kInFlight : st - kInFlight + n_stages;
+                    mbar_wait(&full[q], st >= kInFlight ? phase : phase ^ 1u);
+                }
                 if (kTimeline && tl) {
                     tl_lands(tl, full, n_stages, piece, landed);
                     if (piece < kTlPieces)
                         tl[piece * 4] = now_ns();
                 }
-                mbar_arrive_expect(&full[st], len);
                 bulk_copy(ring + st * kPiece, src + off, len, &full[st], policy);
+                if (++st == n_stages) {
+                    st = 0;
+                    phase ^= 1u;
+                }
             }
         }
     }
@@ -1050,16 +1104,21 @@ __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ri
     int cur = -1; /* the row of this warp's running sum */
     float part[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     const int64_t bytes = (int64_t)n_run * K * 2;
+    const int s0 = warp * kSegPerWarp; /* this warp's run of a piece */
+    /* the stage, its parity and the run's first row and column, kept as
+     * the pieces go (no division a piece; a piece is kSegPerPiece
+     * segments further on) */
+    int st = piece % n_stages;
+    unsigned phase = (unsigned)(piece / n_stages) & 1u;
+    const int step_rows = kSegPerPiece / seg_per_row, step_col = kSegPerPiece % seg_per_row;
     /* the pieces of each run of rows (paired: the gate rows, then the up rows) */
-    for (int run = 0; run < n_runs; run++)
+    for (int run = 0; run < n_runs; run++) {
+    int row = run * n_run + s0 / seg_per_row, col = s0 % seg_per_row;
     for (int64_t off = 0; off < bytes; off += kPiece, piece++) {
-        const int st = piece % n_stages;
         const int n_seg = (int)(min((int64_t)kPiece, bytes - off) / kSeg);
-        const int s0 = warp * kSegPerWarp; /* this warp's run of the piece */
         const int g0 = (int)(off / kSeg) + s0;
-        const int row = run * n_run + g0 / seg_per_row, col = g0 % seg_per_row;
         const uint4 *w4 = reinterpret_cast<const uint4 *>(ring + st * kPiece) + s0 * 32 + lane;
-        mbar_wait(&full[st], (unsigned)(piece / n_stages) & 1u);
+        mbar_wait(&full[st], phase);
         if (kTimeline && tl && tid == 0 && piece < kTlPieces)
             tl[piece * 4 + 2] = now_ns();
         if (s0 + kSegPerWarp <= n_seg && col + kSegPerWarp <= seg_per_row) {
@@ -1120,6 +1179,17 @@ __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ri
             mbar_arrive(&empty[st]); /* the producer may refill the stage */
         if (kTimeline && tl && tid == 0 && piece < kTlPieces)
             tl[piece * 4 + 3] = now_ns();
+        if (++st == n_stages) {
+            st = 0;
+            phase ^= 1u;
+        }
+        row += step_rows;
+        col += step_col;
+        if (col >= seg_per_row) {
+            col -= seg_per_row;
+            row++;
+        }
+    }
     }
     start_row(-1, cur, part, my_acc, lane); /* the last row's sum */
     consumers_sync();
