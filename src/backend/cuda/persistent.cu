@@ -611,7 +611,9 @@
  * against 289.92, 289.75, 289.73 (+0.94%); the producer part alone 291.10,
  * 291.06, 290.99, the consumers' alone 291.63, 291.67, 291.62; the 32k
  * context 114.19 against 114.21 (test_cuda_pstep 60/60, test_cuda_model
- * 183/183). Registers at head size 128: bf16 144/144 (142), f16 140; no
+ * 183/183); on a faster machine (read 4.57 TB/s, a later call) 296.60,
+ * 296.61 against 292.74, 292.83, f16 295.21 against 291.16. Registers at
+ * head size 128: bf16 144/144 (142), f16 140; no
  * spills. A few
  * instructions a piece show: the producer reacts to a landing or a freed
  * stage within a piece's ~1 us, and the consumers race the ring at each
