@@ -613,8 +613,7 @@
  * context 114.19 against 114.21 (test_cuda_pstep 60/60, test_cuda_model
  * 183/183); on a faster machine (read 4.57 TB/s, a later call) 296.60,
  * 296.61 against 292.74, 292.83, f16 295.21 against 291.16. Registers at
- * head size 128: bf16 144/144 (142), f16 140; no
- * spills. A few
+ * head size 128: bf16 144/144 (142 before), f16 140; no spills. A few
  * instructions a piece show: the producer reacts to a landing or a freed
  * stage within a piece's ~1 us, and the consumers race the ring at each
  * GEMV's start.
@@ -831,8 +830,8 @@ __device__ void produce(const ck_pstep_op *prog, int n_op, uint8_t *ring, int n_
     /* hold: 10 bits a stage, the refill of stage st waits until *arrived >=
      * its field (0: it need not), i.e. for the arrival after the GEMV that
      * used it last (n_op <= CK_PSTEP_MAX_OPS). Bit fields rather than
-     * an array: a stage indexed array lives in local memory, two loads of
-     * it between a freed stage and its refill. */
+     * an array: a stage-indexed array lives in local memory, a load and a
+     * store of it between a freed stage and its refill. */
     uint64_t hold = 0;
     /* weights are read once a step: let them leave L2 first (evict_normal
      * measured 2% slower: the header's "Rejected") */
@@ -1115,83 +1114,83 @@ __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ri
     const int step_rows = kSegPerPiece / seg_per_row, step_col = kSegPerPiece % seg_per_row;
     /* the pieces of each run of rows (paired: the gate rows, then the up rows) */
     for (int run = 0; run < n_runs; run++) {
-    int row = run * n_run + s0 / seg_per_row, col = s0 % seg_per_row;
-    for (int64_t off = 0; off < bytes; off += kPiece, piece++) {
-        const int n_seg = (int)(min((int64_t)kPiece, bytes - off) / kSeg);
-        const int g0 = (int)(off / kSeg) + s0;
-        const uint4 *w4 = reinterpret_cast<const uint4 *>(ring + st * kPiece) + s0 * 32 + lane;
-        mbar_wait(&full[st], phase);
-        if (kTimeline && tl && tid == 0 && piece < kTlPieces)
-            tl[piece * 4 + 2] = now_ns();
-        if (s0 + kSegPerWarp <= n_seg && col + kSegPerWarp <= seg_per_row) {
-            /* the usual case: the whole run in one row, its loads first */
-            start_row(row, cur, part, my_acc, lane);
-            uint4 wv[kSegPerWarp], xv[kSegPerWarp];
-#pragma unroll
-            for (int u = 0; u < kSegPerWarp; u++) {
-                wv[u] = w4[u * 32];
-                xv[u] = xs4[(col + u) * 32 + lane];
-            }
-#pragma unroll
-            for (int u = 0; u < kSegPerWarp; u++)
-                seg_dot<T>(wv[u], xv[u], part);
-        } else if (seg_per_row >= kSegPerWarp && s0 < n_seg) {
-            /* a run across one row boundary (its first `split` segments
-             * in `row`) or past the slice's end: the loads kGroup segments
-             * at a time before their sums (even past the end: still inside
-             * the stage and x), the same sums in the same order as segment
-             * by segment, with one row switch. Every 43-segment row of K =
-             * 11008 (Llama-2-7B's down GEMV) puts such a run in nearly
-             * every piece; segment by segment (two divisions a segment,
-             * each load waited for) warp 0 took 1.77 us on such a piece
-             * against 0.46 (timeline, 2026-12-01) */
-            /* loads at a time: 4 or 8 spill (168 registers); all 8 with the
-             * next row summed apart fit now that no x register is carried
-             * between GEMVs, and ran 0.3% slower (the header's "Rejected") */
-            constexpr int kGroup = 2;
-            const int split = seg_per_row - col, n = min(kSegPerWarp, n_seg - s0);
-            start_row(row, cur, part, my_acc, lane);
-#pragma unroll
-            for (int h = 0; h < kSegPerWarp; h += kGroup) {
-                uint4 wv[kGroup], xv[kGroup];
-#pragma unroll
-                for (int u = h; u < h + kGroup; u++) {
-                    wv[u - h] = w4[u * 32];
-                    xv[u - h] = xs4[(u < split ? col + u : col + u - seg_per_row) * 32 + lane];
+        int row = run * n_run + s0 / seg_per_row, col = s0 % seg_per_row;
+        for (int64_t off = 0; off < bytes; off += kPiece, piece++) {
+            const int n_seg = (int)(min((int64_t)kPiece, bytes - off) / kSeg);
+            const int g0 = (int)(off / kSeg) + s0;
+            const uint4 *w4 = reinterpret_cast<const uint4 *>(ring + st * kPiece) + s0 * 32 + lane;
+            mbar_wait(&full[st], phase);
+            if (kTimeline && tl && tid == 0 && piece < kTlPieces)
+                tl[piece * 4 + 2] = now_ns();
+            if (s0 + kSegPerWarp <= n_seg && col + kSegPerWarp <= seg_per_row) {
+                /* the usual case: the whole run in one row, its loads first */
+                start_row(row, cur, part, my_acc, lane);
+                uint4 wv[kSegPerWarp], xv[kSegPerWarp];
+    #pragma unroll
+                for (int u = 0; u < kSegPerWarp; u++) {
+                    wv[u] = w4[u * 32];
+                    xv[u] = xs4[(col + u) * 32 + lane];
                 }
-#pragma unroll
-                for (int u = h; u < h + kGroup; u++) {
-                    if (u >= n)
-                        break;
-                    if (u == split)
-                        start_row(row + 1, cur, part, my_acc, lane);
-                    seg_dot<T>(wv[u - h], xv[u - h], part);
+    #pragma unroll
+                for (int u = 0; u < kSegPerWarp; u++)
+                    seg_dot<T>(wv[u], xv[u], part);
+            } else if (seg_per_row >= kSegPerWarp && s0 < n_seg) {
+                /* a run across one row boundary (its first `split` segments
+                 * in `row`) or past the slice's end: the loads kGroup segments
+                 * at a time before their sums (even past the end: still inside
+                 * the stage and x), the same sums in the same order as segment
+                 * by segment, with one row switch. Every 43-segment row of K =
+                 * 11008 (Llama-2-7B's down GEMV) puts such a run in nearly
+                 * every piece; segment by segment (two divisions a segment,
+                 * each load waited for) warp 0 took 1.77 us on such a piece
+                 * against 0.46 (timeline, 2026-12-01) */
+                /* loads at a time: 4 or 8 spill (168 registers); all 8 with the
+                 * next row summed apart fit now that no x register is carried
+                 * between GEMVs, and ran 0.3% slower (the header's "Rejected") */
+                constexpr int kGroup = 2;
+                const int split = seg_per_row - col, n = min(kSegPerWarp, n_seg - s0);
+                start_row(row, cur, part, my_acc, lane);
+    #pragma unroll
+                for (int h = 0; h < kSegPerWarp; h += kGroup) {
+                    uint4 wv[kGroup], xv[kGroup];
+    #pragma unroll
+                    for (int u = h; u < h + kGroup; u++) {
+                        wv[u - h] = w4[u * 32];
+                        xv[u - h] = xs4[(u < split ? col + u : col + u - seg_per_row) * 32 + lane];
+                    }
+    #pragma unroll
+                    for (int u = h; u < h + kGroup; u++) {
+                        if (u >= n)
+                            break;
+                        if (u == split)
+                            start_row(row + 1, cur, part, my_acc, lane);
+                        seg_dot<T>(wv[u - h], xv[u - h], part);
+                    }
+                }
+            } else if (s0 < n_seg) {
+                /* rows shorter than a run (K < 2048): segment by segment */
+                for (int u = 0; u < kSegPerWarp && s0 + u < n_seg; u++) {
+                    const int r = run * n_run + (g0 + u) / seg_per_row;
+                    start_row(r, cur, part, my_acc, lane);
+                    seg_dot<T>(w4[u * 32], xs4[((g0 + u) % seg_per_row) * 32 + lane], part);
                 }
             }
-        } else if (s0 < n_seg) {
-            /* rows shorter than a run (K < 2048): segment by segment */
-            for (int u = 0; u < kSegPerWarp && s0 + u < n_seg; u++) {
-                const int r = run * n_run + (g0 + u) / seg_per_row;
-                start_row(r, cur, part, my_acc, lane);
-                seg_dot<T>(w4[u * 32], xs4[((g0 + u) % seg_per_row) * 32 + lane], part);
+            __syncwarp();
+            if (lane == 0)
+                mbar_arrive(&empty[st]); /* the producer may refill the stage */
+            if (kTimeline && tl && tid == 0 && piece < kTlPieces)
+                tl[piece * 4 + 3] = now_ns();
+            if (++st == n_stages) {
+                st = 0;
+                phase ^= 1u;
+            }
+            row += step_rows;
+            col += step_col;
+            if (col >= seg_per_row) {
+                col -= seg_per_row;
+                row++;
             }
         }
-        __syncwarp();
-        if (lane == 0)
-            mbar_arrive(&empty[st]); /* the producer may refill the stage */
-        if (kTimeline && tl && tid == 0 && piece < kTlPieces)
-            tl[piece * 4 + 3] = now_ns();
-        if (++st == n_stages) {
-            st = 0;
-            phase ^= 1u;
-        }
-        row += step_rows;
-        col += step_col;
-        if (col >= seg_per_row) {
-            col -= seg_per_row;
-            row++;
-        }
-    }
     }
     start_row(-1, cur, part, my_acc, lane); /* the last row's sum */
     consumers_sync();
