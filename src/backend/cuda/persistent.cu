@@ -827,11 +827,15 @@ __device__ __forceinline__ void tl_lands(uint64_t *tl, uint64_t *full, int n_sta
 __device__ void produce(const ck_pstep_op *prog, int n_op, uint8_t *ring, int n_stages,
                         uint64_t *full, uint64_t *empty, uint64_t *tl,
                         const volatile int *arrived) {
-    /* hold: 10 bits a stage, the refill of stage st waits until *arrived >=
+    /* hold: kHoldBits a stage, the refill of stage st waits until *arrived >=
      * its field (0: it need not), i.e. for the arrival after the GEMV that
      * used it last (n_op <= CK_PSTEP_MAX_OPS). Bit fields rather than
      * an array: a stage-indexed array lives in local memory, a load and a
      * store of it between a freed stage and its refill. */
+    constexpr int kHoldBits = 10;
+    constexpr uint64_t kHoldMask = (1u << kHoldBits) - 1;
+    static_assert(kMaxStages * kHoldBits <= 64 && CK_PSTEP_MAX_OPS <= kHoldMask,
+                  "a stage's hold in its bits");
     uint64_t hold = 0;
     /* weights are read once a step: let them leave L2 first (evict_normal
      * measured 2% slower: the header's "Rejected") */
@@ -854,22 +858,22 @@ __device__ void produce(const ck_pstep_op *prog, int n_op, uint8_t *ring, int n_
             const uint8_t *src = static_cast<const uint8_t *>(g.W) +
                                  ((int64_t)run * g.pair + rows.x) * g.K * 2;
             for (int64_t off = 0; off < bytes; off += kPiece, piece++) {
-                const int shift = st * 10;
+                const int shift = st * kHoldBits;
                 if (piece >= n_stages) { /* its previous piece consumed by all warps */
                     if (kTimeline && tl)
                         while (!mbar_test(&empty[st], phase ^ 1u))
                             tl_lands(tl, full, n_stages, piece, landed);
                     else
                         mbar_wait(&empty[st], phase ^ 1u);
-                    const int until = (int)(hold >> shift) & 1023;
+                    const int until = (int)((hold >> shift) & kHoldMask);
                     while (*arrived < until)
                         if (kTimeline && tl)
                             tl_lands(tl, full, n_stages, piece, landed);
                 }
                 /* the op's last pieces; at most n_stages, so that no refill
                  * waits for the end of the op it belongs to */
-                const uint64_t until = piece > last_piece - min(kHold, n_stages) ? i + 1 : 0;
-                hold = (hold & ~(1023ull << shift)) | until << shift;
+                const uint64_t mark = piece > last_piece - min(kHold, n_stages) ? i + 1 : 0;
+                hold = (hold & ~(kHoldMask << shift)) | mark << shift;
                 const unsigned len = (unsigned)min((int64_t)kPiece, bytes - off);
                 /* the stage's next phase needs the copy's bytes: expecting
                  * them now takes the arrival off the path from the landing
@@ -1126,12 +1130,12 @@ __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ri
                 /* the usual case: the whole run in one row, its loads first */
                 start_row(row, cur, part, my_acc, lane);
                 uint4 wv[kSegPerWarp], xv[kSegPerWarp];
-    #pragma unroll
+#pragma unroll
                 for (int u = 0; u < kSegPerWarp; u++) {
                     wv[u] = w4[u * 32];
                     xv[u] = xs4[(col + u) * 32 + lane];
                 }
-    #pragma unroll
+#pragma unroll
                 for (int u = 0; u < kSegPerWarp; u++)
                     seg_dot<T>(wv[u], xv[u], part);
             } else if (seg_per_row >= kSegPerWarp && s0 < n_seg) {
@@ -1150,15 +1154,15 @@ __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ri
                 constexpr int kGroup = 2;
                 const int split = seg_per_row - col, n = min(kSegPerWarp, n_seg - s0);
                 start_row(row, cur, part, my_acc, lane);
-    #pragma unroll
+#pragma unroll
                 for (int h = 0; h < kSegPerWarp; h += kGroup) {
                     uint4 wv[kGroup], xv[kGroup];
-    #pragma unroll
+#pragma unroll
                     for (int u = h; u < h + kGroup; u++) {
                         wv[u - h] = w4[u * 32];
                         xv[u - h] = xs4[(u < split ? col + u : col + u - seg_per_row) * 32 + lane];
                     }
-    #pragma unroll
+#pragma unroll
                     for (int u = h; u < h + kGroup; u++) {
                         if (u >= n)
                             break;
