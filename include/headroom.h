@@ -53,6 +53,8 @@ typedef enum {
     HR_ERR_INVALID = -6,     /* a bad argument or bad user input */
     HR_ERR_DEVICE = -7,      /* the accelerator reported an error */
     HR_ERR_CANCELLED = -8,   /* a callback asked to stop */
+    HR_ERR_NUMERIC = -9,     /* the model's arithmetic gave NaN or infinity (damaged weights,
+                                an overflow): the output would be garbage */
 } hr_status;
 
 typedef struct {
@@ -370,6 +372,12 @@ int32_t hr_engine_n_ctx(const hr_engine *engine);
 const char *hr_engine_device_name(const hr_engine *engine);
 /* The device's name as its driver reports it ("NVIDIA H200"), or the CPU's. */
 const char *hr_engine_device_desc(const hr_engine *engine);
+/* The kernels' path: on cuda "hopper" (compute capability 9.0 and later:
+ * the persistent decode step, programmatic dependent launch, wgmma
+ * attention) or "generic" (op by op, as on Ampere and Ada GPUs; forced on
+ * any GPU by HEADROOM_CUDA_ARCH_FALLBACK=1); on the cpu the SIMD level of
+ * its kernels ("avx512", "avx2", "ref"). */
+const char *hr_engine_device_path(const hr_engine *engine);
 
 typedef struct {
     uint64_t weights, kv, activations, workspace, graphs, runtime; /* bytes held, by part */
@@ -429,12 +437,16 @@ typedef struct {
                                 string is held back); valid until the next step */
     int32_t text_len;
     hr_finish_reason finish; /* HR_FINISH_NONE while it runs */
+    const char *error;       /* with HR_FINISH_ERROR: why, naming the step (NaN logits at
+                                position P, ...); NULL otherwise; valid until the next step */
 } hr_event;
 
 /* Runs one step: decodes one token for every running request and feeds
  * prompt chunks of waiting ones, up to n_batch rows. Writes up to cap events
  * (one per request that produced a token or finished). Returns HR_OK with
- * *n_events 0 when there is nothing to do. */
+ * *n_events 0 when there is nothing to do. A request whose logits hold NaN
+ * or infinity finishes with HR_FINISH_ERROR and event.error saying where;
+ * the others go on. */
 hr_status hr_engine_step(hr_engine *engine, hr_event *events, int32_t cap, int32_t *n_events,
                          hr_error *err);
 /* Finishes a request at the next step with HR_FINISH_CANCELLED. */

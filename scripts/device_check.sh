@@ -6,7 +6,14 @@
 #   references), then the benchmarks, then transformers on the same shape.
 # Results go to $OUT (JSON lines for bench/results/), a short table last.
 #   scripts/device_check.sh [checks] [bench] [hf] [compiled] [sweep] [profile] [ablate]
-#   (default: checks bench hf sweep; profile: GPU time per op and rows of the step
+#                           [fallback] [sm80]
+#   (default: checks bench hf sweep; fallback: the generic path an Ampere or
+#   Ada GPU takes (caps.cu), forced on this GPU by HEADROOM_CUDA_ARCH_FALLBACK
+#   (=86: also at an RTX 30xx/40xx's 99 KB of shared memory a block): the
+#   ops against the CPU, the models, the attention kernels and a bench row;
+#   sm80: the same with the binaries of scripts/device_pack.sh 80 (.dev/
+#   device-sm80: compute_80 code, compiled by the driver at load, which
+#   takes the generic path unforced); profile: GPU time per op and rows of the step
 #   for prefills of 512 and 2048 and a batch of 64, eager steps, from
 #   HEADROOM_CUDA_PROFILE; ablate: batch-1 decode op by op (no persistent
 #   step), and without programmatic
@@ -36,6 +43,8 @@ if [[ $what == *checks* ]]; then
   echo "== gemv + sampling";     $T 90 $D/gemv_sample_check  2>&1 | tee $OUT/gemv_sample_check.txt | tail -40
   echo "== backend ops vs cpu";  $T 90 $D/test_backend_ops   2>&1 | tee $OUT/test_backend_ops.txt | tail -80
   echo "== models vs reference"; $T 90 $D/test_cuda_model    2>&1 | tee $OUT/test_cuda_model.txt | tail -30
+  echo "== NaN logits fail their request, on the cpu and the gpu"
+  $T 120 $D/test_bad_numbers 2>&1 | tee $OUT/test_bad_numbers.txt | tail -5
   echo "== persistent step vs op by op"
   $T 300 $D/test_cuda_pstep 2>&1 | tee $OUT/test_cuda_pstep.txt | tail -20
 fi
@@ -85,6 +94,28 @@ if [[ $what == *profile* ]]; then
   HEADROOM_CUDA_PROFILE=1 $T 120 $B --synthetic llama2-7b --prompt 128 --gen 64 --batch 64 \
     --graphs off 2>&1 | grep -E "profile|^\{" | tee -a $OUT/profile.txt
 fi
+# the generic path: $1 the pack, $2 HEADROOM_CUDA_ARCH_FALLBACK, $3 a name
+generic() {
+  local P=$1 tag=$3
+  echo "== generic path ($tag): HEADROOM_CUDA_ARCH_FALLBACK=$2"
+  (
+    export HEADROOM_CUDA_ARCH_FALLBACK=$2 LD_LIBRARY_PATH=$P/lib:${LD_LIBRARY_PATH:-}
+    $T 150 $P/attention_check 2>&1 | tee $OUT/attention_check_$tag.txt |
+      grep -E "^device|FAIL|cases"
+    $T 150 $P/test_backend_ops 2>&1 | tee $OUT/test_backend_ops_$tag.txt | tail -3
+    $T 150 $P/test_cuda_model 2>&1 | tee $OUT/test_cuda_model_$tag.txt | tail -3
+    $T 120 $P/test_bad_numbers 2>&1 | tee $OUT/test_bad_numbers_$tag.txt | tail -3
+    $T 120 $P/headroom bench --device cuda --json --synthetic llama2-7b --prompt 128 \
+      --gen 256 --repeat 3 2>&1 | tee $OUT/fallback_$tag.jsonl
+  )
+}
+if [[ $what == *fallback* ]]; then
+  generic $D 1 generic
+  generic $D 86 generic86
+fi
+if [[ $what == *sm80* ]]; then
+  generic $PWD/.dev/device-sm80 0 sm80
+fi
 if [[ $what == *sweep* ]]; then
   echo "== planner sweep: planned vs measured device memory"
   $T 150 $D/bench_plan_sweep $OUT/plan_sweep.jsonl | tail -1
@@ -99,7 +130,7 @@ if [[ $what == *compiled* ]]; then
   $T 420 python3 tools/hf_bench.py --shape llama2-7b --prompt 128 --gen 256 --attn none \
      --compile --headroom-json $OUT/bench.jsonl 2>&1 | grep -v Warning | tee $OUT/hf_compiled.txt
 fi
-for f in bench ablate; do
+for f in bench ablate fallback_generic fallback_generic86 fallback_sm80; do
   [[ -f $OUT/$f.jsonl ]] || continue
   echo "-- $f"
   grep -h '^{' $OUT/$f.jsonl | python3 -c '

@@ -3,19 +3,26 @@
 # them with the Debian shared libraries they link into .dev/device/, which
 # the device tool carries to the GPU machine (it has CUDA but none of our
 # -dev packages). Then scripts/device_check.sh runs there.
+#   scripts/device_pack.sh [ARCH]
+# ARCH (e.g. 80) builds the kernels for that architecture alone, into
+# build-cuda-smARCH and .dev/device-smARCH: an H200 has no machine code
+# then and runs what its driver compiles from the compute_80 PTX at load,
+# the code an RTX 30xx runs (device_check.sh's sm80 part).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=build-cuda
+arch=${1:-}
+build=build-cuda${arch:+-sm$arch}
 # a shared libheadroom keeps the binaries small: the carried tree is limited
-cmake -S . -B $build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHR_CUDA=ON -DHR_SHARED=ON > /dev/null
+cmake -S . -B $build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHR_CUDA=ON -DHR_SHARED=ON \
+  ${arch:+-DCMAKE_CUDA_ARCHITECTURES=$arch} > /dev/null
 targets=(headroom_cli test_backend_ops test_cuda_model test_cuda_pstep attention_check
-         gemv_sample_check bench_plan_sweep)
+         gemv_sample_check bench_plan_sweep test_bad_numbers)
 cmake --build $build -j2 --target "${targets[@]}"
-out=.dev/device
+out=.dev/device${arch:+-sm$arch}
 rm -rf $out
 mkdir -p $out/lib
-for t in headroom test_backend_ops test_cuda_model test_cuda_pstep attention_check \
-         gemv_sample_check bench_plan_sweep; do
+for t in headroom test_backend_ops test_cuda_model test_cuda_pstep test_bad_numbers \
+         attention_check gemv_sample_check bench_plan_sweep; do
   cp $build/bin/$t $out/
   strip $out/$t
 done

@@ -14,7 +14,7 @@ ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
 # --help on every command, exit 0
-for c in "" run perplexity bench tokenize inspect; do
+for c in "" run perplexity bench tokenize inspect plan convert; do
   if "$hr" $c --help > "$tmp/help.txt" 2>&1 && grep -q usage "$tmp/help.txt"; then ok; else bad "headroom $c --help"; fi
 done
 # unknown command and option: exit 1
@@ -76,6 +76,40 @@ if printf '%s' "$line" | grep -q '"repeat": 3,' && inside prefill_tok_s prefill_
 else bad "bench --repeat 3: $line"; fi
 "$hr" bench -m tests/fixtures/models/llama-gqa --repeat 0 > /dev/null 2>&1
 [ $? -eq 1 ] && ok || bad "bench --repeat 0 exit status"
+
+# --version; an option of another command is refused, naming it
+"$hr" --version > "$tmp/v.txt" 2>&1 && grep -q "^headroom [0-9]" "$tmp/v.txt" && ok || bad "--version"
+"$hr" plan --mem-report > /dev/null 2> "$tmp/err.txt"
+[ $? -eq 1 ] && grep -q -- "--mem-report does not apply" "$tmp/err.txt" && ok || bad "plan --mem-report"
+
+# run: -n 0 generates nothing; a prompt of invalid UTF-8 (200 bytes of 0xff:
+# U+FFFD each, three byte tokens) is tokenized whole, then refused for the
+# context with the real count, or run when it fits
+"$hr" run -p "ROMEO:" -n 0 > "$tmp/out.txt" 2> "$tmp/err.txt"
+[ $? -eq 0 ] && grep -q "generation: 0 tokens" "$tmp/err.txt" && [ "$(tr -d '\n' < "$tmp/out.txt")" = "" ] \
+  && ok || bad "run -n 0: $(cat "$tmp/err.txt")"
+"$hr" run -p "$(printf '\xff%.0s' $(seq 200))" -n 2 > /dev/null 2> "$tmp/err.txt"
+[ $? -eq 1 ] && grep -q "the prompt has 60[0-9] tokens but the context holds 512" "$tmp/err.txt" \
+  && ok || bad "run, 200 invalid bytes: $(cat "$tmp/err.txt")"
+"$hr" run -p "$(printf '\xff%.0s' $(seq 100))" -n 2 --temp 0 > /dev/null 2> "$tmp/err.txt"
+[ $? -eq 0 ] && grep -q "prompt: 30[0-9] tokens" "$tmp/err.txt" && ok \
+  || bad "run, 100 invalid bytes: $(cat "$tmp/err.txt")"
+
+# convert: output = input (also through a link) is refused and the model is
+# left as it was; a written file loads
+"$hr" convert -o "$tmp/a.gguf" > /dev/null 2>&1 && ok || bad "convert the embedded model"
+sum=$(cksum < "$tmp/a.gguf")
+ln -sf "$(cd "$tmp" && pwd)/a.gguf" "$tmp/link.gguf"
+for out in "$tmp/a.gguf" "$tmp/link.gguf"; do
+  "$hr" convert -m "$tmp/a.gguf" -o "$out" --type q8_0 > /dev/null 2> "$tmp/err.txt"
+  [ $? -eq 1 ] && grep -q "is the model being converted" "$tmp/err.txt" \
+    && ! grep -q "convert: convert:" "$tmp/err.txt" && [ "$(cksum < "$tmp/a.gguf")" = "$sum" ] \
+    && ok || bad "convert onto its input ($out): $(cat "$tmp/err.txt")"
+done
+"$hr" convert -m "$tmp/a.gguf" -o "$tmp/b.gguf" --type q8_0 > /dev/null 2>&1 \
+  && "$hr" run -m "$tmp/b.gguf" -p "ROMEO:" -n 4 --temp 0 > /dev/null 2>&1 && ok || bad "convert q8_0, run"
+ls "$tmp"/*.partial-* > /dev/null 2>&1 && bad "a partial file was left" || ok
+rm -f "$tmp/a.gguf" "$tmp/b.gguf" "$tmp/link.gguf"
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -22,6 +22,8 @@
 #include "util/alloc.h"
 
 #include <stdarg.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1052,6 +1054,39 @@ static void test_writer_io(void) {
                   "%s: %s", hr_status_name(s), err.msg);
         CHECK(hr_path_exists("/dev/full"));
     }
+
+    /* a write that fails halfway (the file-size limit: EFBIG) leaves the
+     * file of that name as it was and no partial file beside it */
+    char path[512], partial[600];
+    tmp_path(path, sizeof path, "keep");
+    snprintf(partial, sizeof partial, "%s.partial-%ld", path, (long)getpid());
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp && fputs("the old model", fp) >= 0 && fclose(fp) == 0);
+    struct rlimit old_lim, lim;
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+    if (getrlimit(RLIMIT_FSIZE, &old_lim) == 0) {
+        lim = old_lim;
+        lim.rlim_cur = 4096;
+        CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+        s = gguf_writer_write(w, path, &err);
+        CHECK(setrlimit(RLIMIT_FSIZE, &old_lim) == 0);
+        CHECK_MSG(s == HR_ERR_IO && strstr(err.msg, "write failed"), "%s: %s",
+                  hr_status_name(s), err.msg);
+        size_t n = 0;
+        char *kept = test_read_file(path, &n, 0);
+        CHECK(kept && n == 13 && memcmp(kept, "the old model", 13) == 0);
+        free(kept);
+        CHECK(!hr_path_exists(partial));
+    }
+    signal(SIGXFSZ, old_handler);
+    /* a complete write replaces it */
+    CHECK_OK(gguf_writer_write(w, path, &err), &err);
+    gguf_file *f = NULL;
+    CHECK_OK(gguf_open(path, &f, &err), &err);
+    CHECK(f && gguf_find_tensor(f, "t"));
+    gguf_free(f);
+    CHECK(!hr_path_exists(partial));
+    remove(path);
     gguf_writer_free(w);
 }
 

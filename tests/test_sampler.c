@@ -138,5 +138,46 @@ int main(void) {
     CHECK(same);
     sampler_free(&a);
     sampler_free(&b);
+
+    /* any float input: a valid id, never a crash (NaN ranks below every
+     * number; an infinite best is taken as greedy would) */
+    const float specials[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, 1e38f, -1e38f};
+    const int n_spec = (int)(sizeof specials / sizeof specials[0]);
+    hr_sampling_params modes[4];
+    for (int m = 0; m < 4; m++)
+        modes[m] = hr_sampling_params_default();
+    modes[1].temperature = 0.8f;
+    modes[2].temperature = 0.8f, modes[2].top_k = 40, modes[2].top_p = 0.95f;
+    modes[2].min_p = 0.05f;
+    modes[3].temperature = 1e-30f, modes[3].top_k = 3, modes[3].repeat_penalty = 1.3f;
+    int out_of_range = 0;
+    uint64_t lcg = 99;
+    for (int trial = 0; trial < 400; trial++) {
+        float l[V];
+        for (int i = 0; i < V; i++) {
+            lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+            int r = (int)(lcg >> 59); /* 0..31 */
+            l[i] = r < n_spec && trial % 4 ? specials[r] : (float)(r % 7) - 3.0f;
+        }
+        if (trial % 10 == 0)
+            for (int i = 0; i < V; i++)
+                l[i] = specials[trial / 10 % n_spec]; /* a whole row of one value */
+        hr_sampling_params q = modes[trial % 4];
+        q.seed = (uint64_t)trial;
+        int32_t t = sample(&q, l, 3, seen);
+        out_of_range += t < 0 || t >= V;
+    }
+    CHECK_EQ_I64(out_of_range, 0);
+    /* NaN never wins over a number; +inf wins (greedy and sampled) */
+    make_logits(logits);
+    logits[0] = NAN;
+    hr_sampling_params k1 = hr_sampling_params_default();
+    k1.temperature = 1.0f, k1.top_k = 1;
+    CHECK_EQ_I64(sample(&k1, logits, 0, NULL), 1);
+    hr_sampling_params g = hr_sampling_params_default();
+    CHECK_EQ_I64(sample(&g, logits, 0, NULL), 1);
+    logits[9] = INFINITY;
+    CHECK_EQ_I64(sample(&p, logits, 0, NULL), 9);
+    CHECK_EQ_I64(sample(&g, logits, 0, NULL), 9);
     TEST_END();
 }

@@ -18,9 +18,9 @@
  * GPU: the bandwidth, timed before the first engine, over the bytes a step
  * reads at the mean context (prompt + gen / 2): every weight but the
  * embedding table (of which a step reads one row), and each sequence's K/V.
- * "of bw" takes the copy bandwidth (the CUDA issue's bound), "of rd" the
- * read bandwidth (a step only reads): the H200s lent differ in the two
- * apart (README), so each machine is judged by its own.
+ * "of bw" takes the copy bandwidth, "of rd" the read bandwidth (a step
+ * only reads): GPUs of the same model differ in the two apart
+ * (docs/journal/machines.md), so each machine is judged by its own.
  */
 #include "cli/cli.h"
 #include "util/error.h"
@@ -47,7 +47,7 @@ static void help(FILE *f) {
                "                 queued before the host has the token of the one before)\n"
                "  --norm-fold LIST cuda: on, off or on,off (each norm's weight folded into\n"
                "                 the bf16 matrix after it; f16 rows are always off)\n");
-    cli_engine_help(f);
+    cli_engine_help(f, CLI_BENCH);
 }
 
 static double now_ms(void) {
@@ -113,6 +113,9 @@ static hr_status run_batch(hr_engine *e, int32_t n_vocab, int32_t batch, int32_t
             goto done;
         double t = now_ms();
         for (int32_t i = 0; i < n_ev; i++) {
+            if (ev[i].finish == HR_FINISH_ERROR && s == HR_OK) /* the figures would be void */
+                s = hr_err_set(err, HR_ERR_NUMERIC, "%s",
+                               ev[i].error ? ev[i].error : "a request failed");
             int32_t k = ev[i].id - base;
             if (ev[i].token < 0 || k < 0 || k >= batch)
                 continue;
@@ -127,6 +130,8 @@ static hr_status run_batch(hr_engine *e, int32_t n_vocab, int32_t batch, int32_t
             }
         }
     }
+    if (s != HR_OK)
+        goto done;
     res->prefill_ms = t_all_started - t0;
     res->decode_ms = now_ms() - t_all_started;
     res->n_prompt = (int64_t)prompt * batch;
@@ -179,8 +184,7 @@ static int parse_list(const char *opt, const char *v, const char *const *names, 
 
 int cmd_bench(int argc, char **argv) {
     cli_engine_opts o;
-    cli_engine_opts_init(&o);
-    o.dtype_list = true;
+    cli_engine_opts_init(&o, CLI_BENCH);
     int64_t prompt = 128, gen = 128, batch = 1, repeat = 1;
     bool json = false;
     static const char *const dtypes[] = {"bf16", "f16"}, *const attns[] = {"flash", "naive"},
@@ -308,6 +312,8 @@ int cmd_bench(int argc, char **argv) {
                     goto done;
                 }
                 bool cuda = strcmp(hr_engine_device_name(e), "cuda") == 0;
+                if (a == 0 && b == 0 && gv == 0)
+                    cli_device_line(e, &o);
                 if (o.mem_report)
                     cli_memory_report(e, "after load");
                 /* warm-up at the measured shapes: kernels load, cuBLASLt picks its
@@ -382,7 +388,8 @@ int cmd_bench(int argc, char **argv) {
                     cli_memory_report(e, "after generation");
                 if (json)
                     printf("{\"commit\": \"%s\", \"date\": \"%s\", \"machine\": \"%s\", "
-                           "\"device\": \"%s\", \"shape\": \"%s\", \"weights\": \"%s\", "
+                           "\"device\": \"%s\", \"path\": \"%s\", \"shape\": \"%s\", "
+                           "\"weights\": \"%s\", "
                            "\"dtype\": \"%s\", \"attn\": \"%s\", \"graphs\": \"%s\", "
                            "\"overlap\": \"%s\", \"norm_fold\": \"%s\", "
                            "\"batch\": %lld, \"prompt\": %lld, \"gen\": %lld, \"threads\": %d, "
@@ -394,7 +401,8 @@ int cmd_bench(int argc, char **argv) {
                            "\"decode_limit_tok_s\": %.2f, \"decode_read_limit_tok_s\": %.2f}\n",
                            HR_BUILD_COMMIT[0] ? HR_BUILD_COMMIT : "unknown", date,
                            hr_engine_device_desc(e),
-                           hr_engine_device_name(e), shape, hr_dtype_name(wt), dname, aname,
+                           hr_engine_device_name(e), hr_engine_device_path(e), shape,
+                           hr_dtype_name(wt), dname, aname,
                            gname, oname, fname, (long long)batch, (long long)prompt, (long long)gen,
                            o.ep.n_threads, ttft.median, prefill.median, decode.median,
                            (long long)repeat, prefill.min, prefill.max, decode.min, decode.max,

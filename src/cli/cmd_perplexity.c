@@ -5,7 +5,9 @@
  * The file is tokenized with BOS and cut into consecutive windows of --ctx
  * tokens (the last may be shorter); each window is scored from its second
  * token, given the tokens before it in the same window. Default window: the
- * model's context, capped at the text.
+ * model's context capped at PPL_DEFAULT_WINDOW and at the text: a window is
+ * one progress line, and a whole 8k window on a small CPU is a minute of
+ * silence (attention is quadratic in it).
  */
 #include "cli/cli.h"
 
@@ -13,13 +15,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define PPL_DEFAULT_WINDOW 2048
+
 static void help(FILE *f) {
     fprintf(f, "usage: headroom perplexity [-m PATH] -f FILE [--ctx N] [options]\n\n"
-               "Scores FILE in consecutive windows of --ctx tokens and prints\n"
-               "'perplexity: X' last.\n"
+               "Scores FILE in consecutive windows of --ctx tokens (default: the\n"
+               "model's context, at most 2048) and prints 'perplexity: X' last.\n"
                "  -f FILE          the text\n"
                "  --batch N        rows per step (default 512)\n");
-    cli_engine_help(f);
+    cli_engine_help(f, CLI_PERPLEXITY);
 }
 
 static char *read_file(const char *path, size_t *len) {
@@ -57,7 +61,7 @@ static void progress(int64_t done, int64_t total, double ppl, void *user) {
 
 int cmd_perplexity(int argc, char **argv) {
     cli_engine_opts o;
-    cli_engine_opts_init(&o);
+    cli_engine_opts_init(&o, CLI_PERPLEXITY);
     const char *file = NULL;
     for (int i = 1; i < argc; i++) {
         int64_t n;
@@ -115,10 +119,9 @@ int cmd_perplexity(int argc, char **argv) {
     hr_tokenize_params tp = hr_tokenize_params_default();
     tp.add_bos = 1;
     tp.parse_special = false; /* the file is plain text */
-    size_t n_ids = 0, cap = len + 8;
-    ids = malloc(cap * sizeof *ids);
-    if (!ids || hr_tokenize(tok, text, len, &tp, ids, cap, &n_ids, &err) != HR_OK) {
-        cli_error("perplexity: %s", ids ? err.msg : "out of memory");
+    size_t n_ids = 0;
+    if (cli_tokenize(tok, text, len, &tp, &ids, &n_ids, &err) != HR_OK) {
+        cli_error("perplexity: %s", err.msg);
         goto done;
     }
     if (n_ids < 2 || n_ids > INT32_MAX) {
@@ -127,7 +130,9 @@ int cmd_perplexity(int argc, char **argv) {
     }
     hr_model_info in;
     hr_model_get_info(m, &in);
-    int32_t ctx = o.ep.n_ctx > 0 ? o.ep.n_ctx : in.n_ctx_train;
+    int32_t ctx = o.ep.n_ctx > 0                      ? o.ep.n_ctx
+                  : in.n_ctx_train > PPL_DEFAULT_WINDOW ? PPL_DEFAULT_WINDOW
+                                                        : in.n_ctx_train;
     if ((size_t)ctx > n_ids)
         ctx = (int32_t)n_ids;
     o.ep.n_ctx = ctx;
@@ -136,8 +141,10 @@ int cmd_perplexity(int argc, char **argv) {
         cli_error("%s", err.msg);
         goto done;
     }
+    cli_device_line(e, &o);
     double ppl;
-    fprintf(stderr, "perplexity: %zu tokens, windows of %d\n", n_ids, ctx);
+    fprintf(stderr, "perplexity: %zu tokens, %zu windows of %d\n", n_ids,
+            (n_ids - 1 + (size_t)ctx - 2) / (size_t)ctx, ctx);
     if (hr_engine_perplexity(e, ids, (int64_t)n_ids, ctx, &ppl, progress, NULL, &err) != HR_OK) {
         cli_error("perplexity: %s", err.msg);
         goto done;

@@ -9,15 +9,47 @@
 #include <string.h>
 
 static void help(FILE *f) {
-    fprintf(f, "usage: headroom plan (-m PATH | --synthetic SHAPE) [--device cuda|cpu]\n"
+    fprintf(f, "usage: headroom plan [-m PATH | --synthetic SHAPE] [--device cuda|cpu]\n"
                "                     [--mem SIZE] [--ctx N] [--parallel N] [--dtype bf16|f16]\n"
                "                     [--kv-dtype TYPE] [--json]\n\n"
                "Prints the bytes of each part (weights as stored, KV cache, activations,\n"
                "workspaces, CUDA graphs, the runtime's own overhead), their total, the\n"
                "budget and a verdict, without loading weights. With --mem no GPU is needed.\n"
                "Without --ctx: the largest context that fits, up to the model's.\n"
-               "Exit status: 0 fits, 2 does not fit, 1 bad input.\n");
-    cli_engine_help(f);
+               "Exit status: 0 fits, 2 does not fit, 1 bad input.\n"
+               "  --json             one JSON object instead of the table\n");
+    cli_engine_help(f, CLI_PLAN);
+}
+
+/* How the device holds the weights: on cuda expanded to the compute type;
+ * on the cpu as the file stores them (the matrices' types, largest first). */
+static void weights_note(const hr_model *m, const cli_engine_opts *o, hr_device dev,
+                         char *buf, size_t cap) {
+    if (dev == HR_DEVICE_CUDA) {
+        snprintf(buf, cap, "as the GPU stores them (%s)", hr_dtype_name(o->ep.dtype));
+        return;
+    }
+    hr_model_info in;
+    hr_model_get_info(m, &in);
+    uint64_t by[HR_DTYPE_COUNT] = {0};
+    for (int32_t i = 0; i < in.n_tensors; i++) {
+        hr_tensor_desc t;
+        if (hr_model_tensor(m, i, &t) == HR_OK && t.n_dim >= 2)
+            by[t.dtype] += t.n_bytes;
+    }
+    int n = snprintf(buf, cap, "as stored (");
+    for (int k = 0; k < 3; k++) { /* the three largest types are enough to say it */
+        int best = -1;
+        for (int t = 0; t < HR_DTYPE_COUNT; t++)
+            if (by[t] && (best < 0 || by[t] > by[best]))
+                best = t;
+        if (best < 0)
+            break;
+        n += snprintf(buf + n, n < (int)cap ? cap - (size_t)n : 0, "%s%s", k ? ", " : "",
+                      hr_dtype_name((hr_dtype)best));
+        by[best] = 0;
+    }
+    snprintf(buf + n, n < (int)cap ? cap - (size_t)n : 0, " matrices)");
 }
 
 static void row(const char *name, uint64_t n, const char *note) {
@@ -27,7 +59,7 @@ static void row(const char *name, uint64_t n, const char *note) {
 
 int cmd_plan(int argc, char **argv) {
     cli_engine_opts o;
-    cli_engine_opts_init(&o);
+    cli_engine_opts_init(&o, CLI_PLAN);
     bool json = false;
     for (int i = 1; i < argc; i++) {
         int r = cli_engine_option(argc, argv, &i, &o);
@@ -62,6 +94,7 @@ int cmd_plan(int argc, char **argv) {
     }
     hr_model_info in;
     hr_model_get_info(m, &in);
+    cli_dtype_note(&o, pl.device);
     const char *dev = pl.device == HR_DEVICE_CUDA ? "cuda" : "cpu";
     char b[6][32];
     if (json) {
@@ -88,11 +121,18 @@ int cmd_plan(int argc, char **argv) {
     } else {
         printf("plan: %s on %s, %d sequence%s of %d tokens%s\n", in.name, dev, pl.n_seq_max,
                pl.n_seq_max == 1 ? "" : "s", pl.n_ctx,
-               o.ep.n_ctx == 0 && pl.n_ctx > 0 ? " (the most that fits)" : "");
+               o.ep.n_ctx != 0 ? ""
+               : pl.fits       ? " (the most that fits)"
+                               : " (the model's own context)");
+        if (pl.n_ctx > in.n_ctx_train)
+            printf("note: the model was trained for %d tokens; text degrades past that\n",
+                   in.n_ctx_train);
+        char wnote[96];
+        weights_note(m, &o, pl.device, wnote, sizeof wnote);
         if (pl.weights_mapped)
             row("weights", pl.weights_mapped, "as stored, read from the file mapping");
         row(pl.weights_mapped ? "norms, biases" : "weights", pl.weights,
-            pl.weights_mapped ? "copied to f32" : "as the device stores them (16-bit)");
+            pl.weights_mapped ? "copied to f32" : wnote);
         snprintf(b[0], 32, "%.1f KiB per token, ", (double)pl.kv_per_token / 1024.0);
         char note[128];
         snprintf(note, sizeof note, "%s%s per sequence", b[0],

@@ -26,7 +26,7 @@ static void help(FILE *f) {
                "  --seed S              random seed (default: from the clock)\n"
                "  --stop TEXT           stop when TEXT appears (repeatable)\n"
                "  --ignore-eos          keep going past end-of-sequence tokens\n");
-    cli_engine_help(f);
+    cli_engine_help(f, CLI_RUN);
 }
 
 static int32_t info_ctx(const hr_model *m) {
@@ -45,7 +45,7 @@ static bool print_text(const char *text, size_t len, int32_t token, void *user) 
 
 int cmd_run(int argc, char **argv) {
     cli_engine_opts o;
-    cli_engine_opts_init(&o);
+    cli_engine_opts_init(&o, CLI_RUN);
     hr_sampling_params sp = hr_sampling_params_default();
     sp.temperature = 0.8f;
     sp.top_k = 40;
@@ -142,6 +142,7 @@ int cmd_run(int argc, char **argv) {
         cli_error("%s", err.msg);
         goto done;
     }
+    cli_device_line(e, &o);
     if (o.ep.n_ctx == 0) {
         hr_plan pl;
         hr_engine_plan(e, &pl);
@@ -159,13 +160,19 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     printf("\n");
-    fprintf(stderr,
-            "\nprompt: %d tokens in %.1f ms (%.1f tok/s)  time to first token %.1f ms\n"
-            "generation: %d tokens in %.1f ms (%.1f tok/s)  [%s, %s]\n",
-            st.n_prompt, st.prompt_ms,
-            st.prompt_ms > 0 ? st.n_prompt * 1000.0 / st.prompt_ms : 0.0, st.first_token_ms,
-            st.n_gen, st.gen_ms, st.gen_ms > 0 ? (st.n_gen - 1) * 1000.0 / st.gen_ms : 0.0,
-            hr_finish_reason_name(st.finish), hr_engine_device_name(e));
+    fprintf(stderr, "\nprompt: %d token%s in %.1f ms (%.1f tok/s)", st.n_prompt,
+            st.n_prompt == 1 ? "" : "s", st.prompt_ms,
+            st.prompt_ms > 0 ? st.n_prompt * 1000.0 / st.prompt_ms : 0.0);
+    if (st.n_gen > 0)
+        fprintf(stderr, "  time to first token %.1f ms", st.first_token_ms);
+    /* the decode rate counts the tokens after the first (the first ends the
+     * prefill): none to time with fewer than two */
+    fprintf(stderr, "\ngeneration: %d token%s", st.n_gen, st.n_gen == 1 ? "" : "s");
+    if (st.n_gen > 1)
+        fprintf(stderr, ", the last %d in %.1f ms (%.1f tok/s)", st.n_gen - 1, st.gen_ms,
+                st.gen_ms > 0 ? (st.n_gen - 1) * 1000.0 / st.gen_ms : 0.0);
+    fprintf(stderr, "  [%s, %s]\n", hr_finish_reason_name(st.finish),
+            hr_engine_device_name(e));
     if (o.mem_report)
         cli_memory_report(e, "after generation");
     rc = 0;

@@ -48,19 +48,9 @@ int cmd_tokenize(int argc, char **argv) {
         cli_error("tokenize: out of memory reading stdin");
         goto done;
     }
-    size_t n = 0, cap = len + 16;
-    ids = malloc(cap * sizeof *ids);
-    hr_status s = ids ? hr_tokenize(tok, text, len, &tp, ids, cap, &n, &err) : HR_ERR_NOMEM;
-    if (s == HR_ERR_INVALID && n > cap) { /* more ids than bytes: retry at the size asked */
-        int32_t *more = realloc(ids, n * sizeof *ids);
-        if (more) {
-            ids = more;
-            cap = n;
-            s = hr_tokenize(tok, text, len, &tp, ids, cap, &n, &err);
-        }
-    }
-    if (s != HR_OK) {
-        cli_error("tokenize: %s", s == HR_ERR_NOMEM && !ids ? "out of memory" : err.msg);
+    size_t n = 0;
+    if (cli_tokenize(tok, text, len, &tp, &ids, &n, &err) != HR_OK) {
+        cli_error("tokenize: %s", err.msg);
         goto done;
     }
     for (size_t i = 0; i < n; i++)

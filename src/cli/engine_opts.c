@@ -1,14 +1,23 @@
-/* engine_opts.c — the options shared by run, perplexity and bench. */
+/* engine_opts.c — the options shared by run, perplexity, bench and plan. */
 #include "cli/cli.h"
 
 #include <string.h>
 
-void cli_engine_opts_init(cli_engine_opts *o) {
+void cli_engine_opts_init(cli_engine_opts *o, unsigned cmd) {
     memset(o, 0, sizeof *o);
+    o->cmd = cmd;
     o->model = cli_default_model();
     o->weights = HR_DTYPE_F16;
     o->ep = hr_engine_params_default();
     o->ep.progress = true;
+}
+
+void cli_device_line(const hr_engine *e, const cli_engine_opts *o) {
+    fprintf(stderr, "headroom: %s on %s, %s path\n", hr_engine_device_name(e),
+            hr_engine_device_desc(e), hr_engine_device_path(e));
+    hr_plan pl;
+    hr_engine_plan(e, &pl);
+    cli_dtype_note(o, pl.device);
 }
 
 void cli_memory_report(const hr_engine *e, const char *when) {
@@ -38,46 +47,97 @@ void cli_memory_report(const hr_engine *e, const char *when) {
     fprintf(stderr, "; host RSS %s\n", cli_bytes(r.host_rss, b[1], 32));
 }
 
-void cli_engine_help(FILE *f) {
-    fprintf(f, "model and device:\n"
-               "  -m PATH            model folder or .gguf (default: the embedded model)\n"
-               "  --synthetic SHAPE  random weights of a named shape (tinyllama-1.1b,\n"
-               "                     llama2-7b, llama2-13b, llama3-8b, llama2-70b,\n"
-               "                     smollm2-135m) instead of -m\n"
-               "  --weights TYPE     weight type of --synthetic (f16; bf16 f32 q8_0 q4_0\n"
-               "                     q4_1 q4_k q6_k ...)\n"
-               "  --device cpu|cuda  where to run (default: cuda when available)\n"
-               "  --threads N        cpu threads (default: every core)\n"
-               "  --ctx N            tokens per sequence (default: the model's)\n"
-               "  --kv-dtype TYPE    KV cache element type: f32, f16, bf16\n"
-               "  --dtype bf16|f16   cuda: compute and storage type of weights (bf16)\n"
-               "  --exact            cpu: f32 activations for quantized and f16 weights\n"
-               "                     (not rounded to 8 or 16 bits): slower, matches the\n"
-               "                     reference closely\n"
-               "  --mmap             cpu: read the weights from the file mapping instead of\n"
-               "                     copying them into huge-page memory: faster start,\n"
-               "                     slower decode\n"
-               "  --mem SIZE         memory budget: 8GiB, 12GB, 90%% (default: the device's\n"
-               "                     free memory less a reserve)\n"
-               "  --parallel N       sequences served together (default 1)\n"
-               "  --context-overflow error|truncate  a prompt longer than the context:\n"
-               "                     refuse it (default) or keep its most recent tokens\n"
-               "  --mem-report       print the memory planned and held, by part, after\n"
-               "                     loading and at the end\n");
+/* Each engine option once: its names, its help, and the commands it applies
+ * to (the others refuse it and leave it out of their --help). */
+typedef enum {
+    OPT_MODEL, OPT_SYNTHETIC, OPT_WEIGHTS, OPT_DEVICE, OPT_THREADS, OPT_CTX, OPT_KV_DTYPE,
+    OPT_DTYPE, OPT_EXACT, OPT_MMAP, OPT_MEM, OPT_PARALLEL, OPT_OVERFLOW, OPT_MEM_REPORT,
+} opt_key;
+
+enum { ALL = CLI_RUN | CLI_PERPLEXITY | CLI_BENCH | CLI_PLAN };
+
+static const struct {
+    opt_key key;
+    const char *name, *alias; /* alias may be NULL */
+    unsigned cmds;
+    const char *help; /* "  OPTION ARG   text" lines, as --help prints them */
+} engine_opts[] = {
+    {OPT_MODEL, "-m", "--model", ALL,
+     "  -m PATH            model folder or .gguf (default: the embedded model)\n"},
+    {OPT_SYNTHETIC, "--synthetic", NULL, CLI_BENCH | CLI_PLAN,
+     "  --synthetic SHAPE  random weights of a named shape (tinyllama-1.1b,\n"
+     "                     llama2-7b, llama2-13b, llama3-8b, llama2-70b,\n"
+     "                     smollm2-135m) instead of -m\n"},
+    {OPT_WEIGHTS, "--weights", NULL, CLI_BENCH | CLI_PLAN,
+     "  --weights TYPE     weight type of --synthetic (f16; bf16 f32 q8_0 q4_0\n"
+     "                     q4_1 q4_k q6_k ...)\n"},
+    {OPT_DEVICE, "--device", NULL, ALL,
+     "  --device cpu|cuda  where to run (default: cuda when available)\n"},
+    {OPT_THREADS, "--threads", "-t", ALL,
+     "  --threads N        cpu threads (default: every core)\n"},
+    {OPT_CTX, "--ctx", "-c", ALL,
+     "  --ctx N            tokens per sequence (default: the model's, or the most\n"
+     "                     that fits)\n"},
+    {OPT_KV_DTYPE, "--kv-dtype", NULL, ALL,
+     "  --kv-dtype TYPE    KV cache element type: f32, f16, bf16 (default: f32 on\n"
+     "                     the cpu, the compute type on cuda)\n"},
+    {OPT_DTYPE, "--dtype", NULL, CLI_RUN | CLI_PERPLEXITY | CLI_PLAN,
+     "  --dtype bf16|f16   cuda: compute and storage type of weights (bf16); the\n"
+     "                     cpu computes in f32 with the weights as stored\n"},
+    {OPT_EXACT, "--exact", NULL, CLI_RUN | CLI_PERPLEXITY | CLI_BENCH,
+     "  --exact            cpu: f32 activations for quantized and f16 weights\n"
+     "                     (not rounded to 8 or 16 bits): slower, matches the\n"
+     "                     reference closely\n"},
+    {OPT_MMAP, "--mmap", NULL, ALL,
+     "  --mmap             cpu: read the weights from the file mapping instead of\n"
+     "                     copying them into huge-page memory: faster start,\n"
+     "                     slower decode\n"},
+    {OPT_MEM, "--mem", NULL, ALL,
+     "  --mem SIZE         memory budget: 8GiB, 12GB, 90% (default: the device's\n"
+     "                     free memory less a reserve)\n"},
+    {OPT_PARALLEL, "--parallel", NULL, CLI_PLAN,
+     "  --parallel N       sequences served together (default 1)\n"},
+    {OPT_OVERFLOW, "--context-overflow", NULL, CLI_RUN,
+     "  --context-overflow error|truncate  a prompt longer than the context:\n"
+     "                     refuse it (default) or keep its most recent tokens\n"},
+    {OPT_MEM_REPORT, "--mem-report", NULL, CLI_RUN | CLI_PERPLEXITY | CLI_BENCH,
+     "  --mem-report       print the memory planned and held, by part, after\n"
+     "                     loading and at the end\n"},
+};
+#define N_ENGINE_OPTS (sizeof engine_opts / sizeof engine_opts[0])
+
+void cli_engine_help(FILE *f, unsigned cmd) {
+    fprintf(f, "model and device:\n");
+    for (size_t i = 0; i < N_ENGINE_OPTS; i++)
+        if (engine_opts[i].cmds & cmd)
+            fputs(engine_opts[i].help, f);
 }
 
 int cli_engine_option(int argc, char **argv, int *i, cli_engine_opts *o) {
     const char *a = argv[*i], *v;
     int64_t n;
-    if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+    size_t k = 0;
+    while (k < N_ENGINE_OPTS && strcmp(a, engine_opts[k].name) != 0 &&
+           !(engine_opts[k].alias && strcmp(a, engine_opts[k].alias) == 0))
+        k++;
+    if (k == N_ENGINE_OPTS || (engine_opts[k].key == OPT_DTYPE && o->cmd == CLI_BENCH))
+        return 0; /* not an engine option (bench reads --dtype as a list itself) */
+    if (!(engine_opts[k].cmds & o->cmd)) {
+        cli_error("%s does not apply to this command (see its --help)", a);
+        return -1;
+    }
+    switch (engine_opts[k].key) {
+    case OPT_MODEL:
         if (!cli_value(argc, argv, i, &o->model))
             return -1;
         o->synthetic = NULL;
-    } else if (strcmp(a, "--synthetic") == 0) {
+        break;
+    case OPT_SYNTHETIC:
         if (!cli_value(argc, argv, i, &o->synthetic))
             return -1;
         o->model = NULL;
-    } else if (strcmp(a, "--weights") == 0) {
+        break;
+    case OPT_WEIGHTS:
         if (!cli_value(argc, argv, i, &v))
             return -1;
         if (!hr_dtype_from_name(v, &o->weights)) {
@@ -85,7 +145,8 @@ int cli_engine_option(int argc, char **argv, int *i, cli_engine_opts *o) {
             return -1;
         }
         o->weights_given = true;
-    } else if (strcmp(a, "--device") == 0) {
+        break;
+    case OPT_DEVICE:
         if (!cli_value(argc, argv, i, &v))
             return -1;
         if (strcmp(v, "cpu") == 0)
@@ -98,15 +159,18 @@ int cli_engine_option(int argc, char **argv, int *i, cli_engine_opts *o) {
             cli_error("--device: '%s' is not cpu, cuda or auto", v);
             return -1;
         }
-    } else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0) {
+        break;
+    case OPT_THREADS:
         if (!cli_int(argc, argv, i, 1, 1024, &n))
             return -1;
         o->ep.n_threads = (int32_t)n;
-    } else if (strcmp(a, "--ctx") == 0 || strcmp(a, "-c") == 0) {
+        break;
+    case OPT_CTX:
         if (!cli_int(argc, argv, i, 2, 1 << 24, &n))
             return -1;
         o->ep.n_ctx = (int32_t)n;
-    } else if (strcmp(a, "--kv-dtype") == 0) {
+        break;
+    case OPT_KV_DTYPE:
         if (!cli_value(argc, argv, i, &v))
             return -1;
         if (!hr_dtype_from_name(v, &o->ep.kv_dtype) ||
@@ -115,20 +179,33 @@ int cli_engine_option(int argc, char **argv, int *i, cli_engine_opts *o) {
             cli_error("--kv-dtype: '%s' is not f32, f16 or bf16", v);
             return -1;
         }
-    } else if (strcmp(a, "--exact") == 0) {
+        break;
+    case OPT_DTYPE:
+        if (!cli_value(argc, argv, i, &v))
+            return -1;
+        if (!hr_dtype_from_name(v, &o->ep.dtype) ||
+            (o->ep.dtype != HR_DTYPE_BF16 && o->ep.dtype != HR_DTYPE_F16)) {
+            cli_error("--dtype: '%s' is not bf16 or f16", v);
+            return -1;
+        }
+        o->dtype_given = true;
+        break;
+    case OPT_EXACT:
         o->ep.exact_matmul = true;
-    } else if (strcmp(a, "--mmap") == 0) {
+        break;
+    case OPT_MMAP:
         o->ep.use_mmap = true;
-    } else if (strcmp(a, "--mem-report") == 0) {
-        o->mem_report = true;
-    } else if (strcmp(a, "--mem") == 0) {
+        break;
+    case OPT_MEM:
         if (!cli_value(argc, argv, i, &o->mem))
             return -1;
-    } else if (strcmp(a, "--parallel") == 0) {
+        break;
+    case OPT_PARALLEL:
         if (!cli_int(argc, argv, i, 1, 4096, &n))
             return -1;
         o->ep.n_seq_max = (int32_t)n;
-    } else if (strcmp(a, "--context-overflow") == 0) {
+        break;
+    case OPT_OVERFLOW:
         if (!cli_value(argc, argv, i, &v))
             return -1;
         if (strcmp(v, "truncate") == 0)
@@ -139,18 +216,18 @@ int cli_engine_option(int argc, char **argv, int *i, cli_engine_opts *o) {
             cli_error("--context-overflow: '%s' is not error or truncate", v);
             return -1;
         }
-    } else if (strcmp(a, "--dtype") == 0 && !o->dtype_list) {
-        if (!cli_value(argc, argv, i, &v))
-            return -1;
-        if (!hr_dtype_from_name(v, &o->ep.dtype) ||
-            (o->ep.dtype != HR_DTYPE_BF16 && o->ep.dtype != HR_DTYPE_F16)) {
-            cli_error("--dtype: '%s' is not bf16 or f16", v);
-            return -1;
-        }
-    } else {
-        return 0;
+        break;
+    case OPT_MEM_REPORT:
+        o->mem_report = true;
+        break;
     }
     return 1;
+}
+
+void cli_dtype_note(const cli_engine_opts *o, hr_device device) {
+    if (o->dtype_given && device == HR_DEVICE_CPU)
+        cli_error("note: --dtype sets the GPU's compute type; the cpu computes in f32 with "
+                  "the weights as stored, so it has no effect here");
 }
 
 hr_status cli_load_model(const cli_engine_opts *o, bool shapes_only, hr_model **m,

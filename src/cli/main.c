@@ -2,6 +2,7 @@
  * main.c — the headroom command line. One file per command; this file only
  * dispatches. It is the one place in the project that calls exit().
  */
+#include "build_commit.h" /* HR_BUILD_COMMIT: generated at every build (cmake/) */
 #include "cli/cli.h"
 
 #include <stdio.h>
@@ -24,7 +25,8 @@ static const command commands[] = {
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: headroom <command> [options]   (headroom <command> --help for more)\n\n"
+    fprintf(f, "usage: headroom <command> [options]   (headroom <command> --help for more)\n"
+               "       headroom --version\n\n"
                "commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
@@ -38,6 +40,11 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {
         usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+        printf("headroom %s (commit %s)\n", HR_VERSION,
+               HR_BUILD_COMMIT[0] ? HR_BUILD_COMMIT : "unknown");
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -1,5 +1,6 @@
 /* util.c — option parsing and printing helpers shared by the commands. */
 #include "cli/cli.h"
+#include "util/error.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -74,6 +75,26 @@ const char *cli_bytes(uint64_t n, char *buf, size_t cap) {
     else
         snprintf(buf, cap, "%.2f %s", v, units[u]);
     return buf;
+}
+
+hr_status cli_tokenize(const hr_tokenizer *tok, const char *text, size_t len,
+                       const hr_tokenize_params *tp, int32_t **ids, size_t *n, hr_error *err) {
+    size_t cap = len + 16; /* most text: an id per byte or fewer */
+    for (int attempt = 0;; attempt++) {
+        int32_t *buf = malloc(cap * sizeof *buf);
+        if (!buf)
+            return hr_err_set(err, HR_ERR_NOMEM, "out of memory for %zu token ids", cap);
+        hr_status s = hr_tokenize(tok, text, len, tp, buf, cap, n, err);
+        if (s == HR_OK) {
+            *ids = buf;
+            return HR_OK;
+        }
+        free(buf);
+        /* too short a buffer: hr_tokenize said how many ids there are */
+        if (s != HR_ERR_INVALID || *n <= cap || attempt > 0)
+            return s;
+        cap = *n;
+    }
 }
 
 char *cli_read_stdin(size_t *len) {

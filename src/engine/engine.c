@@ -21,6 +21,7 @@
  */
 #include "engine/engine.h"
 
+#include "backend/cpu/cpu_features.h"
 #include "model/llama.h"
 #include "model/model.h"
 #include "util/alloc.h"
@@ -91,6 +92,7 @@ void hr_engine_free(hr_engine *e) {
     hr_free(e->out_rows);
     hr_free(e->out_req);
     hr_free(e->logits);
+    hr_free(e->errors);
     hr_free(e->cand);
     hr_free(e->samples);
     hr_free(e->out_tokens);
@@ -103,8 +105,7 @@ hr_status pick_device(const hr_engine_params *p, hr_device *out, hr_error *err) 
     if (d == HR_DEVICE_AUTO)
         d = engine_cuda_available() ? HR_DEVICE_CUDA : HR_DEVICE_CPU;
     if (d == HR_DEVICE_CUDA && !engine_cuda_available())
-        return hr_err_set(err, HR_ERR_UNSUPPORTED,
-                          "device cuda is not available: %s (use --device cpu)",
+        return hr_err_set(err, HR_ERR_UNSUPPORTED, "%s (use --device cpu)",
                           engine_cuda_why_not());
     *out = d;
     return HR_OK;
@@ -130,7 +131,6 @@ static int32_t longest_piece(const hr_tokenizer *tok) {
 hr_status engine_resolve(const hr_model *m, const hr_engine_params *params, bool need_device,
                          hr_engine_params *out, hr_error *err) {
     hr_engine_params p = params ? *params : hr_engine_params_default();
-    const hr_model_info *in = &m->info;
     if (!m->layers)
         return hr_err_set(err, HR_ERR_INVALID, "%s: loaded without its tensors (vocab only)",
                           m->path);
@@ -151,9 +151,6 @@ hr_status engine_resolve(const hr_model *m, const hr_engine_params *params, bool
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         p.n_threads = cores > 0 ? (int32_t)cores : 1;
     }
-    if (p.n_ctx > in->n_ctx_train)
-        HR_LOG_W("context %d is longer than the model was trained for (%d)", p.n_ctx,
-                 in->n_ctx_train);
     *out = p;
     return HR_OK;
 }
@@ -194,12 +191,16 @@ hr_status hr_engine_create(const hr_model *m, const hr_engine_params *params, hr
     const hr_model_info *in = &m->info;
     hr_engine_params p;
     HR_TRY(engine_resolve(m, params, true, &p, err));
+    if (p.n_ctx > in->n_ctx_train)
+        HR_LOG_W("context %d is longer than the model was trained for (%d): expect the text "
+                 "to degrade past %d tokens",
+                 p.n_ctx, in->n_ctx_train, in->n_ctx_train);
 
     /* the plan first: refused here, before a byte is allocated, if it does
      * not fit; with no --ctx, the largest context that fits */
     hr_plan plan;
     HR_TRY(hr_plan_compute(m, &p, &plan, err));
-    char b[4][32];
+    char b[5][32];
     if (p.n_ctx == 0) {
         if (plan.fits)
             HR_LOG_I("context: %d tokens, the most that fits in %s%s", plan.n_ctx,
@@ -219,7 +220,7 @@ hr_status hr_engine_create(const hr_model *m, const hr_engine_params *params, hr
                           gib(plan.total, b[0], 32), gib(plan.budget, b[1], 32),
                           gib(plan.weights + plan.weights_mapped, b[2], 32),
                           gib(plan.kv, b[3], 32), p.n_seq_max, p.n_ctx,
-                          gib(plan.total - plan.weights - plan.weights_mapped - plan.kv, b[0],
+                          gib(plan.total - plan.weights - plan.weights_mapped - plan.kv, b[4],
                               32),
                           hint);
     }
@@ -272,10 +273,12 @@ hr_status hr_engine_create(const hr_model *m, const hr_engine_params *params, hr
     e->samples = hr_calloc((size_t)max_out, sizeof(be_sample));
     e->out_tokens = hr_calloc((size_t)max_out, sizeof(int32_t));
     e->text = hr_malloc(e->text_cap);
+    e->errors = hr_calloc((size_t)max_out, ENGINE_ERROR_BYTES);
     e->cap_reqs = p.n_seq_max * 4 + 16;
     e->reqs = hr_calloc((size_t)e->cap_reqs, sizeof *e->reqs);
     if (!e->tokens || !e->pos || !e->slot || !e->segs || !e->out_rows || !e->out_req ||
-        !e->logits || !e->cand || !e->text || !e->reqs || !e->samples || !e->out_tokens) {
+        !e->logits || !e->cand || !e->text || !e->reqs || !e->samples || !e->out_tokens ||
+        !e->errors) {
         s = hr_err_set(err, HR_ERR_NOMEM, "engine: out of memory for step buffers");
         goto fail;
     }
@@ -295,6 +298,10 @@ const char *hr_engine_device_name(const hr_engine *e) {
 
 const char *hr_engine_device_desc(const hr_engine *e) {
     return e->device == HR_DEVICE_CUDA ? engine_cuda_device_name() : engine_cpu_name();
+}
+
+const char *hr_engine_device_path(const hr_engine *e) {
+    return e->device == HR_DEVICE_CUDA ? engine_cuda_path() : cpu_level_name(cpu_level_active());
 }
 
 void hr_engine_plan(const hr_engine *e, hr_plan *out) { *out = e->plan; }
@@ -361,7 +368,8 @@ static int32_t add_rows(hr_engine *e, engine_request *r, int32_t budget, bool al
             e->out_req[e->step.n_out] = -1;
             e->out_rows[e->step.n_out++] = row0 + i;
         }
-    } else if (n == todo) { /* the chunk reaches the last token: sample after it */
+    } else if (n == todo && r->max_new != 0) { /* the chunk reaches the last token: sample
+                                                  after it (max_tokens 0: prefill only) */
         e->out_req[e->step.n_out] = r->id;
         e->out_rows[e->step.n_out++] = row0 + n - 1;
     }
@@ -435,6 +443,62 @@ static void accept_token(hr_engine *e, engine_request *r, int32_t token, hr_even
     }
     ev->finish = r->finish;
     r->reported = r->finish != HR_FINISH_NONE;
+}
+
+/* The first entry of a row of logits that is NaN or +inf, or -1; when every
+ * entry is -inf, entry 0. Weights or activations that overflowed give such
+ * rows, and a token sampled from one is garbage, so the request stops with
+ * an error instead (-inf alone is a mask: the device sampler agrees). */
+static int32_t first_nonfinite(const float *row, int32_t n) {
+    bool any_finite = false;
+    for (int32_t i = 0; i < n; i++) {
+        if (isnan(row[i]) || row[i] == INFINITY)
+            return i;
+        any_finite = any_finite || row[i] != -INFINITY;
+    }
+    return any_finite ? -1 : 0;
+}
+
+/* What first_nonfinite found at that entry, for messages. */
+static const char *nonfinite_name(float x) {
+    return isnan(x) ? "NaN" : x == INFINITY ? "+infinity" : "-infinity, as every entry,";
+}
+
+/* Finishes r with an error event (output slot o) that names where its
+ * arithmetic broke: the position whose logits were to give the next token. */
+static void fail_numeric(hr_engine *e, engine_request *r, int32_t o, const char *what,
+                         hr_event *ev) {
+    char *msg = e->errors + (size_t)o * ENGINE_ERROR_BYTES;
+    snprintf(msg, ENGINE_ERROR_BYTES,
+             "request %d: the logits after position %d (for generated token %d) %s; the "
+             "model's weights or activations overflowed (a damaged or badly converted "
+             "file?)",
+             r->id, r->n_tokens - 1, r->n_gen + 1, what);
+    finish(e, r, HR_FINISH_ERROR);
+    *ev = (hr_event){.id = r->id, .token = -1, .text = "", .finish = r->finish, .error = msg};
+    r->reported = true;
+}
+
+/* Takes the token sampled for r in output slot o (host-sampled from logits
+ * when logits is not NULL), or fails r when its logits were not finite. */
+static void take_token(hr_engine *e, engine_request *r, int32_t o, int32_t tok,
+                       const float *logits, hr_event *ev) {
+    const int32_t V = e->model->info.n_vocab;
+    if (logits) {
+        int32_t bad = first_nonfinite(logits, V);
+        if (bad >= 0) {
+            char what[64];
+            snprintf(what, sizeof what, "hold %s at token id %d", nonfinite_name(logits[bad]),
+                     bad);
+            fail_numeric(e, r, o, what, ev);
+            return;
+        }
+        tok = sampler_sample(&r->smp, (float *)logits, V, e->cand);
+    } else if (tok < 0 || tok >= V) { /* the device sampler's word for "no finite logit" */
+        fail_numeric(e, r, o, "hold no finite value", ev);
+        return;
+    }
+    accept_token(e, r, tok, ev);
 }
 
 static void drop_reported(hr_engine *e) {
@@ -515,7 +579,7 @@ static hr_status take_queued(hr_engine *e, engine_request *r, hr_event *ev, int3
         finish(e, r, HR_FINISH_CANCELLED);
         return HR_OK; /* reported by the next step */
     }
-    accept_token(e, r, tok, ev);
+    take_token(e, r, 0, tok, NULL, ev);
     (*n_events)++;
     return HR_OK;
 }
@@ -640,17 +704,19 @@ hr_status hr_engine_step(hr_engine *e, hr_event *events, int32_t cap, int32_t *n
                 finish(e, e->reqs[i], HR_FINISH_ERROR);
         return s;
     }
-    for (int32_t i = 0; i < e->n_reqs; i++)
-        e->reqs[i]->n_cached += e->reqs[i]->n_step;
+    for (int32_t i = 0; i < e->n_reqs; i++) {
+        engine_request *r = e->reqs[i];
+        r->n_cached += r->n_step;
+        if (r->max_new == 0 && r->n_cached == r->n_tokens) /* reported by the next step */
+            finish(e, r, HR_FINISH_LENGTH);
+    }
 
     const int32_t V = e->model->info.n_vocab;
     for (int32_t o = 0; o < e->step.n_out; o++) {
         engine_request *r = engine_find(e, e->out_req[o]);
         HR_ASSERT(r != NULL);
-        int32_t tok = device_sampling
-                          ? e->out_tokens[o]
-                          : sampler_sample(&r->smp, e->logits + (int64_t)o * V, V, e->cand);
-        accept_token(e, r, tok, &events[(*n_events)++]);
+        take_token(e, r, o, device_sampling ? e->out_tokens[o] : -1,
+                   device_sampling ? NULL : e->logits + (int64_t)o * V, &events[(*n_events)++]);
     }
     drop_reported(e);
     return HR_OK;
@@ -686,9 +752,17 @@ hr_status hr_engine_score(hr_engine *e, const int32_t *tokens, int32_t n, double
         s = llama_forward(e->lm, &e->step, e->logits, NULL, NULL, err);
         if (s != HR_OK)
             break;
-        for (int32_t o = 0; o < e->step.n_out; o++) {
+        for (int32_t o = 0; o < e->step.n_out && s == HR_OK; o++) {
             const float *row = e->logits + (int64_t)o * V;
-            int32_t p = r.n_cached + o;
+            int32_t p = r.n_cached + o, bad = first_nonfinite(row, V);
+            if (bad >= 0) {
+                s = hr_err_set(err, HR_ERR_NUMERIC,
+                               "the logits after token %d of the %d scored hold %s at "
+                               "token id %d; the model's weights or activations overflowed (a "
+                               "damaged or badly converted file?)",
+                               p, n, nonfinite_name(row[bad]), bad);
+                break;
+            }
             double mx = row[0], sum = 0.0;
             for (int32_t v = 1; v < V; v++)
                 mx = row[v] > mx ? row[v] : mx;
@@ -725,8 +799,10 @@ hr_status hr_engine_perplexity(hr_engine *e, const int32_t *tokens, int64_t n, i
         int32_t len = (int32_t)(n - start < window ? n - start : window);
         if (len < 2)
             break;
-        if ((s = hr_engine_score(e, tokens + start, len, nll, NULL, err)) != HR_OK)
+        if ((s = hr_engine_score(e, tokens + start, len, nll, NULL, err)) != HR_OK) {
+            hr_err_prefix(err, "the window from token %lld: ", (long long)start);
             break;
+        }
         for (int32_t i = 0; i < len - 1; i++)
             sum += nll[i];
         count += len - 1;

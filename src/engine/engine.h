@@ -16,6 +16,7 @@
 
 #define ENGINE_MAX_STOP 16          /* stop strings per request */
 #define ENGINE_MAX_STOP_BYTES 256   /* bytes per stop string */
+#define ENGINE_ERROR_BYTES 256      /* an error event's message */
 
 typedef struct {
     int32_t id;
@@ -64,6 +65,7 @@ struct hr_engine {
     be_sample *samples;           /* (max_out) device sampling parameters */
     int32_t *out_tokens;          /* (max_out) tokens the device sampled */
     char *text;                   /* event text of the current step */
+    char *errors;                 /* (max_out, ENGINE_ERROR_BYTES) error events' messages */
     size_t text_len, text_cap;
     int32_t max_piece;
     /* requests, in arrival order */
@@ -98,10 +100,12 @@ void engine_request_free(engine_request *r);
 int32_t engine_request_text(engine_request *r, int32_t token, bool flush);
 
 /* CUDA glue (engine_cuda.c): whether the backend is built in and a device
- * is present, and why not; the device's name. */
+ * is present, and why not; the device's name; the kernels' path once a
+ * backend is made ("hopper" or "generic", cuda_path). */
 bool engine_cuda_available(void);
 const char *engine_cuda_why_not(void);
 const char *engine_cuda_device_name(void);
+const char *engine_cuda_path(void);
 /* Free and total memory of CUDA device 0. */
 hr_status engine_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err);
 /* Copy and read bandwidth of CUDA device 0 (cuda_bandwidth). */

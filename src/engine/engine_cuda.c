@@ -15,6 +15,8 @@ const char *engine_cuda_why_not(void) { return cuda_why_not(); }
 
 const char *engine_cuda_device_name(void) { return cuda_device_name(); }
 
+const char *engine_cuda_path(void) { return cuda_path(); }
+
 hr_status engine_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err) {
     return cuda_memory(free_bytes, total_bytes, err);
 }
@@ -36,10 +38,13 @@ int64_t engine_cuda_pstep_steps(const hr_backend *b) {
 bool engine_cuda_available(void) { return false; }
 
 const char *engine_cuda_why_not(void) {
-    return "headroom was built without the CUDA backend (no nvcc at build time)";
+    return "this binary was built without the CUDA backend (no nvcc or no GPU at build "
+           "time): rebuild with make CUDA=ON or cmake -DHR_CUDA=ON";
 }
 
 const char *engine_cuda_device_name(void) { return "none"; }
+
+const char *engine_cuda_path(void) { return "none"; }
 
 hr_status engine_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err) {
     (void)free_bytes;

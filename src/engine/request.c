@@ -208,11 +208,21 @@ hr_status hr_generate(hr_engine *e, const char *prompt, size_t len,
     if (!e->tok)
         return hr_err_set(err, HR_ERR_INVALID, "hr_generate: the model has no tokenizer");
     hr_tokenize_params tp = hr_tokenize_params_default();
+    /* a byte is one id or less in most text, but invalid UTF-8 (each byte
+     * a 3-byte U+FFFD, then byte tokens) and normalizers give more: when
+     * the first guess is short, hr_tokenize says how many and we retry */
     size_t n = 0, cap = len + 8;
-    int32_t *ids = hr_calloc(cap, sizeof(int32_t));
-    if (!ids)
-        return hr_err_set(err, HR_ERR_NOMEM, "hr_generate: out of memory");
-    hr_status s = hr_tokenize(e->tok, prompt, len, &tp, ids, cap, &n, err);
+    int32_t *ids = NULL;
+    hr_status s;
+    for (int attempt = 0;; attempt++) {
+        if (!(ids = hr_calloc(cap, sizeof(int32_t))))
+            return hr_err_set(err, HR_ERR_NOMEM, "hr_generate: out of memory for %zu ids", cap);
+        s = hr_tokenize(e->tok, prompt, len, &tp, ids, cap, &n, err);
+        if (s != HR_ERR_INVALID || n <= cap || attempt > 0)
+            break;
+        hr_free(ids);
+        cap = n;
+    }
     int32_t id = -1;
     if (s == HR_OK && n > (size_t)INT32_MAX)
         s = hr_err_set(err, HR_ERR_NO_FIT, "hr_generate: the prompt is too long");
@@ -221,7 +231,7 @@ hr_status hr_generate(hr_engine *e, const char *prompt, size_t len,
     hr_free(ids);
     if (s != HR_OK)
         return s;
-    st.n_prompt = (int32_t)n;
+    st.n_prompt = engine_find(e, id)->n_prompt; /* after any truncation */
 
     hr_event ev[4];
     double t_first = 0.0;
@@ -252,10 +262,13 @@ hr_status hr_generate(hr_engine *e, const char *prompt, size_t len,
                 hr_engine_cancel(e, id);
             if (ev[i].finish != HR_FINISH_NONE)
                 st.finish = ev[i].finish;
+            if (ev[i].finish == HR_FINISH_ERROR && ev[i].error)
+                s = hr_err_set(err, HR_ERR_NUMERIC, "%s", ev[i].error);
         }
     }
     double t_end = engine_now_ms();
-    st.prompt_ms = st.first_token_ms;
+    /* with no token (max_tokens 0, an error), the prompt took the whole run */
+    st.prompt_ms = st.n_gen > 0 ? st.first_token_ms : t_end - t0;
     st.gen_ms = st.n_gen > 0 ? t_end - t_first : 0.0;
     if (stats)
         *stats = st;

@@ -67,10 +67,18 @@ void sampler_accept(sampler *s, int32_t token) {
         s->n_recent++;
 }
 
+/* NaN ranks below every number, -inf included, so the order stays total
+ * whatever the logits hold (a comparison that is false both ways for NaN
+ * lets the quickselect's scans run off the array). */
+static float rank_key(float x) { return isnan(x) ? -INFINITY : x; }
+
 static int cmp_desc(const void *a, const void *b) {
     const sampler_cand *x = a, *y = b;
-    if (x->logit != y->logit)
-        return x->logit < y->logit ? 1 : -1;
+    float kx = rank_key(x->logit), ky = rank_key(y->logit);
+    if (kx != ky)
+        return kx < ky ? 1 : -1;
+    if (isnan(x->logit) != isnan(y->logit)) /* -inf before NaN */
+        return isnan(x->logit) ? 1 : -1;
     return x->id < y->id ? -1 : (x->id > y->id);
 }
 
@@ -114,10 +122,10 @@ int32_t sampler_sample(sampler *s, float *logits, int32_t n_vocab, sampler_cand 
                 logits[t] = logits[t] > 0.0f ? logits[t] / p->repeat_penalty
                                              : logits[t] * p->repeat_penalty;
         }
-    if (p->temperature <= 0.0f) {
+    if (!(p->temperature > 0.0f)) { /* NaN temperature is greedy too */
         int32_t best = 0;
         for (int32_t i = 1; i < n_vocab; i++)
-            if (logits[i] > logits[best])
+            if (rank_key(logits[i]) > rank_key(logits[best]))
                 best = i;
         return best;
     }
@@ -129,6 +137,12 @@ int32_t sampler_sample(sampler *s, float *logits, int32_t n_vocab, sampler_cand 
         n = p->top_k;
     }
     qsort(cand, (size_t)n, sizeof *cand, cmp_desc);
+    /* no finite best (an infinite or NaN logit on top): no distribution to
+     * draw from, so the top-ranked token, as greedy would pick */
+    if (!isfinite(cand[0].logit))
+        return cand[0].id;
+    while (n > 1 && isnan(cand[n - 1].logit)) /* NaN ranks last: never drawn */
+        n--;
     /* softmax over the survivors, in double for the cumulative sums */
     double mx = cand[0].logit, sum = 0.0;
     for (int32_t i = 0; i < n; i++)

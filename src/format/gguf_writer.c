@@ -14,10 +14,16 @@
  * The writer refuses what its reader would refuse (duplicate keys or names,
  * bad dims, ne[0] not a multiple of the block, names over the limits), so a
  * convert never produces a file that then fails to load.
- * Rejected: building the file in memory (models are tens of GB), and a
- * temporary file + rename (a failed write removes the partial file instead,
- * which also lets tests aim at /dev/full).
+ * The file is written beside its final name (NAME.partial-PID) and renamed
+ * over it only once complete, so a failed or interrupted write never leaves
+ * a half model under the name, and the file being replaced (the model being
+ * converted, still mapped) stays whole until the rename. A target that is not
+ * a regular file (/dev/full in the tests, a pipe) is written in place.
+ * Rejected: building the file in memory (models are tens of GB).
  */
+/* realpath() is XSI, beyond the POSIX level the library builds at */
+#define _XOPEN_SOURCE 700
+
 #include "format/gguf.h"
 
 #include "util/alloc.h"
@@ -26,8 +32,11 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct {
     char *key;
@@ -484,20 +493,50 @@ hr_status gguf_writer_write(gguf_writer *w, const char *path, hr_error *err) {
         off += t->n_bytes + pad;
     }
 
-    FILE *fp = fopen(path, "wb");
-    if (!fp)
-        return hr_err_set(err, HR_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     struct stat st;
-    bool regular = fstat(fileno(fp), &st) == 0 && S_ISREG(st.st_mode);
-    out_file o = {.fp = fp, .path = path, .err = err};
+    bool exists = stat(path, &st) == 0, in_place = exists && !S_ISREG(st.st_mode);
+    /* a link is written through, as fopen would: the file it names is replaced */
+    char *real = exists && !in_place ? realpath(path, NULL) : NULL;
+    const char *user_path = path;
+    if (real)
+        path = real;
+    char tmp[4096];
+    if (!in_place && snprintf(tmp, sizeof tmp, "%s.partial-%ld", path, (long)getpid()) >=
+                         (int)sizeof tmp) {
+        free(real);
+        return hr_err_set(err, HR_ERR_INVALID, "%s: the path is too long", user_path);
+    }
+    const char *target = in_place ? path : tmp;
+    /* O_EXCL: never write through a stale file or link of that name; mode
+     * 0666 less the umask, as the final file should be */
+    int fd = in_place ? open(path, O_WRONLY | O_TRUNC)
+                      : open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!fp) {
+        hr_status s = hr_err_set(err, HR_ERR_IO, "%s: cannot create: %s", target,
+                                 strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            if (!in_place)
+                unlink(tmp);
+        }
+        free(real);
+        return s;
+    }
+    out_file o = {.fp = fp, .path = target, .err = err};
     hr_status s = write_all(w, &o);
     if (s == HR_OK && fflush(fp) != 0)
         s = hr_err_set(err, HR_ERR_IO, "%s: write failed at byte %" PRIu64 " (flush): %s",
-                       path, o.pos, strerror(errno));
+                       target, o.pos, strerror(errno));
+    if (s == HR_OK && !in_place && fsync(fileno(fp)) != 0)
+        s = hr_err_set(err, HR_ERR_IO, "%s: fsync failed: %s", target, strerror(errno));
     if (fclose(fp) != 0 && s == HR_OK)
-        s = hr_err_set(err, HR_ERR_IO, "%s: close failed: %s", path, strerror(errno));
-    /* never leave a truncated model behind that looks like a finished one */
-    if (s != HR_OK && regular)
-        remove(path);
+        s = hr_err_set(err, HR_ERR_IO, "%s: close failed: %s", target, strerror(errno));
+    if (!in_place && s == HR_OK && rename(tmp, path) != 0)
+        s = hr_err_set(err, HR_ERR_IO, "%s: cannot rename %s over it: %s", path, tmp,
+                       strerror(errno));
+    if (!in_place && s != HR_OK)
+        unlink(tmp); /* never a half model left behind */
+    free(real);
     return s;
 }

@@ -27,6 +27,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* llama.cpp's llama_ftype numbers for general.file_type */
 static int32_t file_type(hr_dtype t) {
@@ -203,6 +204,17 @@ hr_status hr_model_convert(const hr_model *m, const char *path, hr_dtype type, h
     if (!m->layers)
         return hr_err_set(err, HR_ERR_INVALID, "convert: %s was loaded without weights",
                           m->path);
+    /* the model is read from its mapping while the new file is written: the
+     * writer's rename would keep the old one readable, but a user who names
+     * the input as output would lose it (stat follows links: a link to the
+     * model, or a hard link, is the same file) */
+    struct stat st_out, st_in;
+    if (m->path && stat(path, &st_out) == 0 && stat(m->path, &st_in) == 0 &&
+        st_out.st_dev == st_in.st_dev && st_out.st_ino == st_in.st_ino)
+        return hr_err_set(err, HR_ERR_INVALID,
+                          "convert: %s is the model being converted (%s); write to another "
+                          "file, then rename it if you want it in its place",
+                          path, m->path);
     const char *arch = strcmp(in->arch, "qwen2") == 0 ? "qwen2" : "llama";
     bool permute = strcmp(arch, "llama") == 0 && m->rope == ROPE_STYLE_NEOX;
 
@@ -252,8 +264,6 @@ hr_status hr_model_convert(const hr_model *m, const char *path, hr_dtype type, h
     }
     if (s == HR_OK)
         s = gguf_writer_write(c.w, path, err);
-    else
-        hr_err_prefix(err, "convert: ");
 done:
     for (int32_t i = 0; i < c.n_bufs; i++)
         hr_free(c.bufs[i]);

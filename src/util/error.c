@@ -15,6 +15,7 @@ const char *hr_status_name(hr_status s) {
     case HR_ERR_INVALID: return "HR_ERR_INVALID";
     case HR_ERR_DEVICE: return "HR_ERR_DEVICE";
     case HR_ERR_CANCELLED: return "HR_ERR_CANCELLED";
+    case HR_ERR_NUMERIC: return "HR_ERR_NUMERIC";
     }
     return "HR_ERR_UNKNOWN";
 }

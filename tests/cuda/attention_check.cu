@@ -378,6 +378,12 @@ static void run_graph(const case_spec *c, const ck_attn_args *a, int32_t *d_pos,
 
 /* runs one case; returns 1 when it fails */
 static int run_case(const case_spec *c, void *flush, size_t flush_bytes) {
+    if (c->path == PATH_FLASH && (c->flags & T128) &&
+        !ck_attention_tile_fits(CK_ATT_TILE_WIDE, c->Dh)) {
+        printf("%-32s skipped: the wide tile does not fit this device's shared memory\n",
+               c->name);
+        return 0;
+    }
     host_case hc;
     build(c, hc);
     const int Dh = c->Dh, H = c->H;
@@ -549,8 +555,11 @@ int main(int argc, char **argv) {
     }
     cudaDeviceProp prop;
     CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s (sm_%d%d), %d SMs\n", prop.name, prop.major, prop.minor,
-           prop.multiProcessorCount);
+    const ck_caps *caps = ck_device_caps();
+    printf("device: %s (sm_%d%d), %d SMs, running compute_%d code, %s path, %d KB of "
+           "shared memory a block\n",
+           prop.name, prop.major, prop.minor, prop.multiProcessorCount, caps->ptx,
+           caps->path, caps->smem_block / 1024);
     const char *filter = argc > 1 ? argv[1] : NULL;
     const size_t flush_bytes = (size_t)256 << 20; /* 5x the L2 */
     void *flush = NULL;

@@ -13,6 +13,7 @@
  * Data files are found under HR_SOURCE_DIR (compile definition, or the
  * environment variable of that name, else the current folder).
  */
+#include "fuzz_util.h"
 #include "headroom.h"
 
 #include <stdint.h>
@@ -24,15 +25,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static hr_tokenizer *g_tok[2];
 
-static const char *root_dir(void) {
-#ifdef HR_SOURCE_DIR
-    return HR_SOURCE_DIR;
-#else
-    const char *e = getenv("HR_SOURCE_DIR");
-    return e ? e : ".";
-#endif
-}
-
 static void load_once(void) {
     static int done;
     if (done)
@@ -42,33 +34,13 @@ static void load_once(void) {
                                        "tests/data/tokenizer-vectors/ggml-vocab-gpt-2.gguf"};
     for (int i = 0; i < 2; i++) {
         char path[4096];
-        snprintf(path, sizeof path, "%s/%s", root_dir(), rel[i]);
+        snprintf(path, sizeof path, "%s/%s", fuzz_root_dir(), rel[i]);
         hr_error err;
         if (hr_tokenizer_load(path, &g_tok[i], &err) != HR_OK) {
             fprintf(stderr, "fuzz_tokenizer: %s\n", err.msg);
             abort();
         }
     }
-}
-
-static int valid_utf8(const char *s, size_t n) {
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned c = u[i];
-        size_t k = c < 0x80 ? 1 : c < 0xC2 ? 0 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF5 ? 4 : 0;
-        if (k == 0 || i + k > n)
-            return 0;
-        /* second-byte ranges rule out overlongs, surrogates and > U+10FFFF */
-        unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
-        unsigned hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
-        if (k > 1 && (u[i + 1] < lo || u[i + 1] > hi))
-            return 0;
-        for (size_t j = 2; j < k; j++)
-            if ((u[i + j] & 0xC0) != 0x80)
-                return 0;
-        i += k;
-    }
-    return 1;
 }
 
 /* Text the round trip cannot reproduce: special-token text, and U+2581,
@@ -118,7 +90,7 @@ static void run(const hr_tokenizer *tok, const uint8_t *text, size_t n, uint8_t 
         if (ids[i] < 0 || ids[i] >= n_vocab)
             abort();
         int32_t k = hr_detok_push(d, ids[i], piece, sizeof piece);
-        if (k < 0 || !valid_utf8(piece, (size_t)k))
+        if (k < 0 || !fuzz_valid_utf8(piece, (size_t)k))
             abort();
         if (out && m + (size_t)k <= 3 * n + 64) {
             memcpy(out + m, piece, (size_t)k);
@@ -126,13 +98,13 @@ static void run(const hr_tokenizer *tok, const uint8_t *text, size_t n, uint8_t 
         }
     }
     int32_t k = hr_detok_flush(d, piece, sizeof piece);
-    if (k < 0 || !valid_utf8(piece, (size_t)k))
+    if (k < 0 || !fuzz_valid_utf8(piece, (size_t)k))
         abort();
     if (out && m + (size_t)k <= 3 * n + 64) {
         memcpy(out + m, piece, (size_t)k);
         m += (size_t)k;
     }
-    if (out && valid_utf8((const char *)text, n) && !no_round_trip(text, n) &&
+    if (out && fuzz_valid_utf8((const char *)text, n) && !no_round_trip(text, n) &&
         (m != n || memcmp(out, text, n) != 0))
         abort();
     free(out);

@@ -6,8 +6,14 @@
  * t = 0 .. p, reading k_t and v_t through s's block table. The step's own
  * K/V are already in the pool (kv_store ran first), so prefill chunks and
  * decode rows are the same computation. Work items are (row, kv head): the
- * H/Hkv query heads sharing a kv head are done together, so each K and V
- * element is converted once and used by the whole group.
+ * H/Hkv query heads sharing a kv head are done together, walking the pages
+ * of the sequence, so each cached K and V row is loaded (and widened) once
+ * per item for up to 4 heads of the group (vec.h's _rows primitives).
+ *
+ * The cache may hold f32, f16 or bf16: the primitives read the page where it
+ * lies and widen in registers, so a 16-bit cache is no slower than an f32
+ * one. Arithmetic is f32 for every cache type (docs/journal/cpu.md has the
+ * figures against the per-row conversion it replaced).
  *
  * Softmax in f32 after subtracting the row maximum, as transformers' eager
  * attention does (softmax in float32).
@@ -32,29 +38,37 @@ static void att_items(void *ctx, int ith, int nth) {
     const hr_model_info *in = c->base.info;
     const int32_t H = in->n_head, Hkv = in->n_head_kv, Dh = in->head_dim;
     const int32_t grp = H / Hkv, BS = c->kv.block_size;
+    const size_t row_bytes = (size_t)Dh * c->kv_elem_bytes;
     const float scale = 1.0f / sqrtf((float)Dh);
     float *scores = c->att_scratch + (int64_t)ith * c->att_scratch_per_thread;
-    float *kv = scores + (int64_t)grp * c->kv.max_blocks_per_seq * BS; /* one K or V row */
     const cpu_vec_ops *vec = cpu_vec_ops_get();
+    cpu_dot_rows_fn dot_rows = vec->dot_rows;
+    cpu_axpy_rows_fn axpy_rows = vec->axpy_rows;
+    if (c->kv.kv_dtype == HR_DTYPE_F16)
+        dot_rows = vec->dot_rows_f16, axpy_rows = vec->axpy_rows_f16;
+    else if (c->kv.kv_dtype == HR_DTYPE_BF16)
+        dot_rows = vec->dot_rows_bf16, axpy_rows = vec->axpy_rows_bf16;
     int64_t n_items = (int64_t)c->step->n_rows * Hkv;
     for (int64_t item = ith; item < n_items; item += nth) {
         int32_t r = (int32_t)(item / Hkv), g = (int32_t)(item % Hkv);
         int32_t s = c->row_seq[r], n_ctx = c->step->pos[r] + 1;
         const int32_t *bt = c->step->block_tables + (int64_t)s * c->kv.max_blocks_per_seq;
-        const float *q = t->qkv + (int64_t)r * t->ld_qkv + (int64_t)g * grp * Dh;
-        /* scores[j][i] for the grp heads j, positions i */
-        for (int32_t i = 0; i < n_ctx; i++) {
-            const uint8_t *page = cpu_kv_page(c, c->k_pool, t->layer, bt[i / BS], g);
-            cpu_kv_to_f32(c->kv.kv_dtype, page + (size_t)(i % BS) * Dh * c->kv_elem_bytes, kv,
-                          Dh);
-            for (int32_t j = 0; j < grp; j++)
-                scores[(int64_t)j * n_ctx + i] = vec->dot(q + (int64_t)j * Dh, kv, Dh) * scale;
+        const float *q = t->qkv + (int64_t)r * t->ld_qkv + (int64_t)g * grp * Dh; /* (grp, Dh) */
+        float *o = t->out + (int64_t)r * t->ld_out + (int64_t)g * grp * Dh;       /* (grp, Dh) */
+        /* scores (grp, n_ctx): q_j . k_i for the group's heads j, page by page */
+        for (int32_t i0 = 0; i0 < n_ctx; i0 += BS) {
+            const uint8_t *page = cpu_kv_page(c, c->k_pool, t->layer, bt[i0 / BS], g);
+            int32_t n_in = n_ctx - i0 < BS ? n_ctx - i0 : BS;
+            for (int32_t i = 0; i < n_in; i++)
+                dot_rows(scores + i0 + i, n_ctx, q, Dh, grp, page + (size_t)i * row_bytes, Dh);
         }
         for (int32_t j = 0; j < grp; j++) {
             float *sc = scores + (int64_t)j * n_ctx;
-            float mx = sc[0];
-            for (int32_t i = 1; i < n_ctx; i++)
+            float mx = -INFINITY;
+            for (int32_t i = 0; i < n_ctx; i++) {
+                sc[i] *= scale;
                 mx = sc[i] > mx ? sc[i] : mx;
+            }
             float sum = 0.0f;
             for (int32_t i = 0; i < n_ctx; i++) {
                 sc[i] = expf(sc[i] - mx);
@@ -63,17 +77,15 @@ static void att_items(void *ctx, int ith, int nth) {
             float inv = 1.0f / sum;
             for (int32_t i = 0; i < n_ctx; i++)
                 sc[i] *= inv;
-            float *o = t->out + (int64_t)r * t->ld_out + ((int64_t)g * grp + j) * Dh;
             for (int32_t d = 0; d < Dh; d++)
-                o[d] = 0.0f;
+                o[(int64_t)j * Dh + d] = 0.0f;
         }
-        for (int32_t i = 0; i < n_ctx; i++) {
-            const uint8_t *page = cpu_kv_page(c, c->v_pool, t->layer, bt[i / BS], g);
-            cpu_kv_to_f32(c->kv.kv_dtype, page + (size_t)(i % BS) * Dh * c->kv_elem_bytes, kv,
-                          Dh);
-            for (int32_t j = 0; j < grp; j++)
-                vec->axpy(t->out + (int64_t)r * t->ld_out + ((int64_t)g * grp + j) * Dh,
-                          scores[(int64_t)j * n_ctx + i], kv, Dh);
+        /* o_j += p_ji v_i, page by page */
+        for (int32_t i0 = 0; i0 < n_ctx; i0 += BS) {
+            const uint8_t *page = cpu_kv_page(c, c->v_pool, t->layer, bt[i0 / BS], g);
+            int32_t n_in = n_ctx - i0 < BS ? n_ctx - i0 : BS;
+            for (int32_t i = 0; i < n_in; i++)
+                axpy_rows(o, Dh, scores + i0 + i, n_ctx, grp, page + (size_t)i * row_bytes, Dh);
         }
     }
 }

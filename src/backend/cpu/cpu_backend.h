@@ -65,8 +65,7 @@ static inline uint8_t *cpu_kv_page(const cpu_backend *c, uint8_t *pool, int32_t 
     return pool + idx * page;
 }
 
-/* kv_dtype element <-> f32 */
-void cpu_kv_to_f32(hr_dtype t, const uint8_t *src, float *dst, int64_t n);
+/* f32 -> kv_dtype elements (round to nearest even) */
 void cpu_kv_from_f32(hr_dtype t, const float *src, uint8_t *dst, int64_t n);
 
 void cpu_embed(hr_backend *b, be_tensor *x, const be_weight *tok_embd);

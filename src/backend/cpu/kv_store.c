@@ -1,6 +1,8 @@
 /*
- * kv_store.c — write the step's K and V rows into the paged KV pool, and the
- * conversions between f32 and the pool's element type (f32, f16 or bf16).
+ * kv_store.c — write the step's K and V rows into the paged KV pool, rounded
+ * to the pool's element type (f32, f16 or bf16). Attention reads the pool
+ * back in that type itself (vec.h widens in registers), so there is no
+ * conversion the other way.
  *
  * Row r of qkv holds [q (H*Dh) | k (Hkv*Dh) | v (Hkv*Dh)]; its slot
  * (block * BS + offset) was computed by the engine from the sequence's block
@@ -10,20 +12,6 @@
 #include "util/fp16.h"
 
 #include <string.h>
-
-void cpu_kv_to_f32(hr_dtype t, const uint8_t *src, float *dst, int64_t n) {
-    if (t == HR_DTYPE_F32) {
-        memcpy(dst, src, (size_t)n * sizeof(float));
-    } else if (t == HR_DTYPE_F16) {
-        const uint16_t *s = (const uint16_t *)src;
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = hr_f16_to_f32(s[i]);
-    } else {
-        const uint16_t *s = (const uint16_t *)src;
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = hr_bf16_to_f32(s[i]);
-    }
-}
 
 void cpu_kv_from_f32(hr_dtype t, const float *src, uint8_t *dst, int64_t n) {
     if (t == HR_DTYPE_F32) {

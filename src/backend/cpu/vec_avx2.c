@@ -1,8 +1,21 @@
-/* vec_avx2.c — vec.h at the AVX2 + FMA level: 8 floats a step, two
- * accumulators so consecutive FMAs do not wait on each other. */
+/* vec_avx2.c — vec.h at the AVX2 + FMA level: 8 floats a step, up to four
+ * rows of a against one load of x (one accumulator each, so consecutive FMAs
+ * do not wait on each other). f16 elements are widened by F16C (vcvtph2ps),
+ * bf16 ones by moving their bits to the top half of an f32, both exact; the
+ * scalar tails use util/fp16.h, which agrees with both bit for bit. */
 #include "backend/cpu/vec.h"
 
+#include "util/fp16.h"
+
 #include <immintrin.h>
+
+#define VEC_INLINE static inline __attribute__((always_inline))
+
+/* What x's elements are: each primitive below is one body, specialised by a
+ * constant of this type (and one of the tile height) once inlined. */
+typedef enum { ELEM_F32, ELEM_F16, ELEM_BF16 } vec_elem;
+
+enum { TILE = 4 }; /* rows of a per pass over x: 4 accumulators + x + a row: 6 of 16 registers */
 
 static float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -11,27 +24,138 @@ static float hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-float cpu_dot_avx2(const float *a, const float *b, int64_t n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-    }
-    for (; i + 8 <= n; i += 8)
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    float s = hsum256(_mm256_add_ps(s0, s1));
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return s;
+/* x[i .. i+8) widened to f32 */
+VEC_INLINE __m256 load8(const void *x, int64_t i, vec_elem e) {
+    if (e == ELEM_F32)
+        return _mm256_loadu_ps((const float *)x + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)x + i));
+    if (e == ELEM_F16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-void cpu_axpy_avx2(float *y, float a, const float *x, int64_t n) {
-    __m256 va = _mm256_set1_ps(a);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i),
-                                                _mm256_loadu_ps(y + i)));
+VEC_INLINE float load1(const void *x, int64_t i, vec_elem e) {
+    if (e == ELEM_F32)
+        return ((const float *)x)[i];
+    uint16_t h = ((const uint16_t *)x)[i];
+    return e == ELEM_F16 ? hr_f16_to_f32(h) : hr_bf16_to_f32(h);
+}
+
+/* x[i] times row a, plus the sum of accumulator s: a row's dot product */
+VEC_INLINE float finish(__m256 s, const float *a, const void *x, int64_t i, int64_t n,
+                        vec_elem e) {
+    float r = hsum256(s);
     for (; i < n; i++)
-        y[i] += a * x[i];
+        r += a[i] * load1(x, i, e);
+    return r;
+}
+
+/* dot_rows for exactly M (1 .. TILE) rows; the accumulators are named, not
+ * an array, so that they stay in registers (GCC kept an array on the stack) */
+VEC_INLINE void dot_tile(float *y, int64_t ldy, const float *a, int64_t lda, const void *x,
+                         int64_t n, int M, vec_elem e) {
+    const float *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 xv = load8(x, i, e);
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a0 + i), xv, s0);
+        if (M > 1)
+            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a1 + i), xv, s1);
+        if (M > 2)
+            s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a2 + i), xv, s2);
+        if (M > 3)
+            s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a3 + i), xv, s3);
+    }
+    y[0] = finish(s0, a0, x, i, n, e);
+    if (M > 1)
+        y[ldy] = finish(s1, a1, x, i, n, e);
+    if (M > 2)
+        y[2 * ldy] = finish(s2, a2, x, i, n, e);
+    if (M > 3)
+        y[3 * ldy] = finish(s3, a3, x, i, n, e);
+}
+
+/* axpy_rows for exactly M (1 .. TILE) rows */
+VEC_INLINE void axpy_tile(float *y, int64_t ldy, const float *a, int64_t lda, const void *x,
+                          int64_t n, int M, vec_elem e) {
+    float *y0 = y, *y1 = y + ldy, *y2 = y + 2 * ldy, *y3 = y + 3 * ldy;
+    const __m256 a0 = _mm256_set1_ps(a[0]);
+    const __m256 a1 = M > 1 ? _mm256_set1_ps(a[lda]) : a0;
+    const __m256 a2 = M > 2 ? _mm256_set1_ps(a[2 * lda]) : a0;
+    const __m256 a3 = M > 3 ? _mm256_set1_ps(a[3 * lda]) : a0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 xv = load8(x, i, e);
+        _mm256_storeu_ps(y0 + i, _mm256_fmadd_ps(a0, xv, _mm256_loadu_ps(y0 + i)));
+        if (M > 1)
+            _mm256_storeu_ps(y1 + i, _mm256_fmadd_ps(a1, xv, _mm256_loadu_ps(y1 + i)));
+        if (M > 2)
+            _mm256_storeu_ps(y2 + i, _mm256_fmadd_ps(a2, xv, _mm256_loadu_ps(y2 + i)));
+        if (M > 3)
+            _mm256_storeu_ps(y3 + i, _mm256_fmadd_ps(a3, xv, _mm256_loadu_ps(y3 + i)));
+    }
+    for (; i < n; i++) {
+        float xi = load1(x, i, e);
+        for (int j = 0; j < M; j++)
+            y[j * ldy + i] += a[j * lda] * xi;
+    }
+}
+
+VEC_INLINE void dot_rows(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                         const void *x, int64_t n, vec_elem e) {
+    int32_t j = 0;
+    for (; j + TILE <= m; j += TILE)
+        dot_tile(y + j * ldy, ldy, a + j * lda, lda, x, n, TILE, e);
+    y += j * ldy, a += j * lda;
+    switch (m - j) {
+    case 3: dot_tile(y, ldy, a, lda, x, n, 3, e); break;
+    case 2: dot_tile(y, ldy, a, lda, x, n, 2, e); break;
+    case 1: dot_tile(y, ldy, a, lda, x, n, 1, e); break;
+    default: break;
+    }
+}
+
+VEC_INLINE void axpy_rows(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                          const void *x, int64_t n, vec_elem e) {
+    int32_t j = 0;
+    for (; j + TILE <= m; j += TILE)
+        axpy_tile(y + j * ldy, ldy, a + j * lda, lda, x, n, TILE, e);
+    y += j * ldy, a += j * lda;
+    switch (m - j) {
+    case 3: axpy_tile(y, ldy, a, lda, x, n, 3, e); break;
+    case 2: axpy_tile(y, ldy, a, lda, x, n, 2, e); break;
+    case 1: axpy_tile(y, ldy, a, lda, x, n, 1, e); break;
+    default: break;
+    }
+}
+
+void cpu_dot_rows_avx2(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                       const void *x, int64_t n) {
+    dot_rows(y, ldy, a, lda, m, x, n, ELEM_F32);
+}
+
+void cpu_dot_rows_f16_avx2(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                           const void *x, int64_t n) {
+    dot_rows(y, ldy, a, lda, m, x, n, ELEM_F16);
+}
+
+void cpu_dot_rows_bf16_avx2(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                            const void *x, int64_t n) {
+    dot_rows(y, ldy, a, lda, m, x, n, ELEM_BF16);
+}
+
+void cpu_axpy_rows_avx2(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                        const void *x, int64_t n) {
+    axpy_rows(y, ldy, a, lda, m, x, n, ELEM_F32);
+}
+
+void cpu_axpy_rows_f16_avx2(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                            const void *x, int64_t n) {
+    axpy_rows(y, ldy, a, lda, m, x, n, ELEM_F16);
+}
+
+void cpu_axpy_rows_bf16_avx2(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                             const void *x, int64_t n) {
+    axpy_rows(y, ldy, a, lda, m, x, n, ELEM_BF16);
 }

@@ -30,16 +30,11 @@
  * splits from it (context / n_splits, at least split_len, so every split of
  * a long context is busy) and exits when its split is empty; empty splits
  * write nothing, and the combine skips them by the same rule. Both start
- * as programmatic dependents (common.cuh) like the GEMVs around them; no
- * change measured at batch 1 (233.0-233.7 tok/s, 233.2-234.5 before; H200,
- * 2026-11-30). Rejected: merging the splits in the decode kernel's last
- * block instead (each block counts itself done with an atomic after a
- * fence; the last one merges its heads, zeroes the counter): one launch
- * less a layer, but one 4-warp block merges what 8-warp blocks per head did
- * in parallel (commit 3ea041d, H200, 2026-11-30, tests/cuda/attention_check
- * 32k decode, us, combine kernel / last block: Llama-2-7B 164.8 / 173.3,
- * Llama-3-8B 75.4 / 87.0, 64:8 103.0 / 134.5; batch-1 decode 232.8 / 228.9
- * tok/s, 32k context 114.3 / 109.5).
+ * as programmatic dependents (common.cuh) like the GEMVs around them.
+ * Rejected: merging the splits in the decode kernel's last block instead
+ * (one launch less a layer, but one 4-warp block then merges what 8-warp
+ * blocks per head did in parallel: slower at every shape measured,
+ * docs/journal/attention.md).
  *
  * Prefill: one block per (query tile, query head), 4 warps, 2 blocks per
  * SM; one template, two kernels, picked per step by its tile rows
@@ -61,13 +56,11 @@
  * 5/8 of the reads (Q's included), 3/4 at Dh 128. O takes 128 registers
  * at Dh 128, so Q's fragments are read from a Q tile in shared memory per k
  * step by ldmatrix, and S is taken 32 keys at a time (Dh 128 only; with 64,
- * ptxas spilled 24-80 bytes whatever the unrolling, and once the copies
- * were fast, 64 keys with 80 bytes of spills took 161.8 us at 2048 rows
- * against 161.9-162.6: H200, 2026-11-30), which reads Q twice per chunk and
- * rescales O twice (Dh 128: 245 registers, 103 KB). The wide
- * grid has half the blocks and a heaviest tile twice as long, so a step
- * takes wide tiles only when its longest segment fills about two rounds of
- * the H200's SMs (CK_ATT_WIDE_MIN_BLOCKS). The causal mask runs only on
+ * ptxas spilled 24-80 bytes whatever the unrolling, for no gain), which
+ * reads Q twice per chunk and rescales O twice (Dh 128: 245 registers, 103
+ * KB). The wide grid has half the blocks and a heaviest tile twice as long,
+ * so a step takes wide tiles only when its longest segment fills about two
+ * rounds of the H200's SMs (CK_ATT_WIDE_MIN_BLOCKS). The causal mask runs only on
  * passes that reach past a warp's first position; passes above its last row
  * are skipped. One block per query head rather than per kv head: the G
  * heads' tiles would not fit one block, and K/V are read from L2 by the G
@@ -91,39 +84,14 @@
  * 16-byte aligned, tile_rows CK_ATT_TILE or CK_ATT_TILE_WIDE, tile_n <=
  * tile_rows, pos < max_blocks * BS.
  *
- * Versions: v1 (first version; prefill 86 TFLOP/s, causal FLOPs, on the
- * H200 at 2048 rows x 16k keys, Dh 128: no overlap of copies and compute,
- * Q and K fragments by 32-bit shared loads); prefill v2 (the 3-stage ring,
- * Q in registers, K by ldmatrix, exp2 on the MUFU alone): H200, one layer
- * of Llama-2-7B (tests/cuda/attention_check.cu), 2048 rows 265.5 -> 235.5 us
- * (129.5 -> 146.0 causal TFLOP/s), 512 rows 66.0 -> 34.9 us; prefill v3
- * (wide tiles for long segments, the narrow kernel unchanged; H200,
- * 2026-11-30, narrow -> wide tiles): 2048 rows 232.9 -> 192.2 us (147.6 ->
- * 178.9 TFLOP/s), 4096 rows 817.8 -> 649.6 us, 2048 rows after 6144 1364.7
- * -> 1051.8 us, Llama-3-8B 4096 rows 818.6 -> 649.3 us, Qwen2 (Dh 64) 4096
- * rows 211.8 -> 166.0 us; at 1024 rows wide tiles lose (74.7 -> 82.9 us),
- * as the switch rule predicts. In the engine, Llama-2-7B at 2048 rows:
- * 257 -> 205 us a layer. Prefill v4 (four threads per K/V row in the
- * copies; prefill_copy has the figures): 2048 rows wide 184.8 -> 161.7 us
- * (186 -> 213 TFLOP/s).
  * Wide tiles of Dh 128 on a compute capability 9.0 device go to the wgmma
- * kernel of attention_wgmma.cu instead (its header has the figures: 2048
- * rows 106.2 against 161.0 us), and the backend then takes wide tiles at
- * every length (ck_attention_tile_rows); HEADROOM_CUDA_WGMMA=0 keeps the
- * kernels here. What made it faster than the two attempts below: two
- * consumer warpgroups per block and a producer warpgroup that looks up the
- * next chunk's pages while it copies this one.
- * Rejected before that: a wgmma (sm_90a) kernel for Dh 128, one warpgroup per 64
- * rows, S and P V on wgmma with K, V, Q in shared memory, the same cp.async
- * ring (branch wgmma-prefill): correct, but 189-224 us at 2048 rows against
- * 184.8 (then) and 161.7 (now) for mma.sync; with its loop's copies left
- * out it took 126 us, with its compute left out 138, so the copies and the
- * synchronous chunk loop (no producer warps, one barrier a chunk) held it.
- * A second version there brings K/V by TMA (a tensor copy per page and
- * 64-column panel, 128-byte swizzle) into a ring guarded by full/empty
- * mbarriers, with no block barrier in the loop: correct, 177-195 us at 2048
- * rows (60.1 at 1024 against 61.4) against 161.7; what it lacks is FA3's
- * warp specialisation (a producer warp, consumer warpgroups in ping-pong).
+ * kernel of attention_wgmma.cu instead (2048 rows of Llama-2-7B in 106 us
+ * against 161 here), and the backend then takes wide tiles at every length
+ * (ck_attention_tile_rows); HEADROOM_CUDA_WGMMA=0 keeps the kernels here.
+ *
+ * The prefill kernel's four versions (86 -> 213 causal TFLOP/s at 2048 rows
+ * of Llama-2-7B on the H200), the two wgmma attempts that lost to it, and
+ * the figures behind every choice above: docs/journal/attention.md.
  */
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
@@ -495,7 +463,8 @@ __global__ void __launch_bounds__(COMB_WARPS * 32) attn_combine_kernel(const ck_
 template <typename T, int DH, int GB>
 static void decode_launch(cudaStream_t s, const ck_attn_args *a) {
     const int G = a->H / a->Hkv, n_hb = (G + GB - 1) / GB;
-    const size_t smem = decode_smem_bytes<T, DH, GB>();
+    constexpr size_t smem = decode_smem_bytes<T, DH, GB>();
+    static_assert(smem <= CK_SMEM_BLOCK_MIN, "one variant for every device");
     /* above 48 KB a kernel must opt in; not a stream operation, so legal
      * during graph capture; a failure shows in the caller's cudaGetLastError */
     (void)cudaFuncSetAttribute(attn_decode_kernel<T, DH, GB>,
@@ -551,15 +520,14 @@ __host__ __device__ constexpr int prefill_stages(int dh, int mb, size_t elem) {
     return prefill_smem_bytes(dh, mb, elem, 3) <= PRE_SMEM_MAX ? 3 : 2;
 }
 
+
 /* One chunk's K and V rows -> a stage (cp.async; the caller commits). Four
  * threads per row, 16 bytes each per step, in two passes of 32 rows: one
  * load instruction reads 64 contiguous bytes of 8 rows (8 cache lines a
  * warp), and lands conflict-free in the padded rows. The earlier mapping,
  * two threads per row on alternate pieces (32 bytes of 16 rows: 16 lines a
- * warp), held the whole kernel at the copy rate (H200, 2026-11-30,
- * tests/cuda/attention_check.cu, Llama-2-7B, us, before / after: 2048 rows
- * wide tiles 184.8 / 161.7, narrow 227.4 / 186.9; 512 rows 33.2 / 28.9;
- * 4096 rows wide 636.4 / 542.5; Qwen2 (Dh 64) 4096 rows 165.2 / 144.2).
+ * warp), held the whole kernel at the copy rate (2048 rows of Llama-2-7B,
+ * wide tiles: 184.8 us before, 161.7 after; docs/journal/attention.md).
  * Rows with offset -1 (past the block's last key) become zeros: their p is
  * 0, and 0 * NaN garbage would spread into O. */
 template <typename T, int DH>
@@ -614,7 +582,7 @@ template <typename T, int DH> struct prefill_q<T, DH, 1> {
 
 /* MB row blocks of 16 per warp: the narrow tile (MB 1, CK_ATT_TILE rows)
  * or the wide one (MB 2, CK_ATT_TILE_WIDE rows) */
-template <typename T, int DH, int MB>
+template <typename T, int DH, int MB, int NS>
 __global__ void __launch_bounds__(PRE_WARPS * 32, PRE_MIN_BLOCKS)
     attn_prefill_kernel(const ck_attn_args a) {
     constexpr int LDS = DH + 8;       /* padded rows: ldmatrix conflict-free */
@@ -627,7 +595,6 @@ __global__ void __launch_bounds__(PRE_WARPS * 32, PRE_MIN_BLOCKS)
     constexpr int ST = SK / 8; /* n tiles of S */
     constexpr int BUF = PRE_KC * LDS; /* elements of one K or V chunk */
     constexpr int RW = 16 * MB;       /* query rows per warp */
-    constexpr int NS = prefill_stages(DH, MB, sizeof(T));
     static_assert(DH % 16 == 0 && NT % 2 == 0, "head size must be a multiple of 16");
     static_assert(MB == 1 || MB == 2, "one or two row blocks per warp");
     extern __shared__ __align__(16) unsigned char smem[];
@@ -898,22 +865,37 @@ __global__ void __launch_bounds__(PRE_WARPS * 32, PRE_MIN_BLOCKS)
         }
 }
 
-template <typename T, int DH, int MB>
-static void prefill_launch(cudaStream_t s, const ck_attn_args *a) {
-    constexpr size_t smem =
-        prefill_smem_bytes(DH, MB, sizeof(T), prefill_stages(DH, MB, sizeof(T)));
+template <typename T, int DH, int MB, int NS>
+static void prefill_launch_ns(cudaStream_t s, const ck_attn_args *a) {
+    constexpr size_t smem = prefill_smem_bytes(DH, MB, sizeof(T), NS);
     static_assert(smem <= PRE_SMEM_MAX, "two blocks per SM");
     /* above 48 KB a kernel must opt in; the carveout asks for the largest
      * shared memory share of L1 so PRE_MIN_BLOCKS blocks fit an SM (the
      * kernel does not rely on L1). Not stream operations: legal during
      * graph capture; a failure shows in the caller's cudaGetLastError */
-    (void)cudaFuncSetAttribute(attn_prefill_kernel<T, DH, MB>,
+    (void)cudaFuncSetAttribute(attn_prefill_kernel<T, DH, MB, NS>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    (void)cudaFuncSetAttribute(attn_prefill_kernel<T, DH, MB>,
+    (void)cudaFuncSetAttribute(attn_prefill_kernel<T, DH, MB, NS>,
                                cudaFuncAttributePreferredSharedMemoryCarveout,
                                (int)cudaSharedmemCarveoutMaxShared);
-    attn_prefill_kernel<T, DH, MB>
+    attn_prefill_kernel<T, DH, MB, NS>
         <<<(unsigned)(a->n_tiles * a->H), PRE_WARPS * 32, smem, s>>>(*a);
+}
+
+/* The stages prefill_stages gives, or 2 on a device that grants a block
+ * less shared memory than those take (Dh 128 narrow, Dh 96 wide: 104-106
+ * KB with 3, against 99 KB on an RTX 30xx/40xx); the 2-stage instance is
+ * built only where some device needs it. */
+template <typename T, int DH, int MB>
+static void prefill_launch(cudaStream_t s, const ck_attn_args *a) {
+    constexpr int NS = prefill_stages(DH, MB, sizeof(T));
+    if constexpr (NS > 2 && prefill_smem_bytes(DH, MB, sizeof(T), NS) > CK_SMEM_BLOCK_MIN) {
+        if (prefill_smem_bytes(DH, MB, sizeof(T), NS) > (size_t)ck_device_caps()->smem_block) {
+            prefill_launch_ns<T, DH, MB, 2>(s, a);
+            return;
+        }
+    }
+    prefill_launch_ns<T, DH, MB, NS>(s, a);
 }
 
 /* the tile list's row count picks the kernel */
@@ -1031,24 +1013,11 @@ void ck_attention_decode(cudaStream_t s, const ck_attn_args *a) {
 }
 
 /* the wgmma kernel: on compute capability 9.0 (its sm_90a code runs there
- * only), unless HEADROOM_CUDA_WGMMA=0 */
-static bool wgmma_usable(void) {
-    static int usable = -1;
-    if (usable < 0) {
-        int dev = 0, major = 0, minor = 0;
-        (void)cudaGetDevice(&dev);
-        (void)cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-        (void)cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-        const char *env = getenv("HEADROOM_CUDA_WGMMA");
-        usable = major == 9 && minor == 0 && !(env && env[0] == '0');
-    }
-    return usable != 0;
-}
-
+ * only) on the Hopper path, unless HEADROOM_CUDA_WGMMA=0 (caps.cu) */
 void ck_attention_prefill(cudaStream_t s, const ck_attn_args *a) {
     if (a->n_tiles <= 0)
         return;
-    if (wgmma_usable() && ck_attention_prefill_wgmma(s, a))
+    if (ck_device_caps()->wgmma && ck_attention_prefill_wgmma(s, a))
         return;
     CK_DISPATCH(a->dt, prefill_t<T>(s, a));
 }
@@ -1057,9 +1026,19 @@ void ck_attention_naive(cudaStream_t s, const ck_attn_args *a) {
     CK_DISPATCH(a->dt, naive_launch<T>(s, a, NAIVE_ALL, a->n_rows));
 }
 
+/* the wide tile fits when the wgmma kernel takes it or the mma.sync one
+ * fits at its fewest stages, 2 (at Dh 128 that is 103 KB, more than an
+ * RTX 30xx/40xx grants a block) */
+int ck_attention_tile_fits(int tile_rows, int Dh) {
+    return tile_rows != CK_ATT_TILE_WIDE || (Dh == 128 && ck_device_caps()->wgmma) ||
+           prefill_smem_bytes(Dh, 2, 2, 2) <= (size_t)ck_device_caps()->smem_block;
+}
+
 int ck_attention_tile_rows(int longest, int H, int Dh) {
-    if (Dh == 128 && wgmma_usable())
+    if (Dh == 128 && ck_device_caps()->wgmma)
         return CK_ATT_TILE_WIDE; /* the wgmma kernel's tiles */
     const int64_t wide_blocks = (int64_t)(longest + CK_ATT_TILE_WIDE - 1) / CK_ATT_TILE_WIDE * H;
-    return wide_blocks >= CK_ATT_WIDE_MIN_BLOCKS ? CK_ATT_TILE_WIDE : CK_ATT_TILE;
+    return wide_blocks >= CK_ATT_WIDE_MIN_BLOCKS && ck_attention_tile_fits(CK_ATT_TILE_WIDE, Dh)
+               ? CK_ATT_TILE_WIDE
+               : CK_ATT_TILE;
 }

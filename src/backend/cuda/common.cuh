@@ -56,7 +56,10 @@ __device__ __forceinline__ void ck_chain_emit(int32_t *tokens, int token, const 
     if (!ch.tok)
         return;
     ch.host_tok[count & 1] = token;
-    *ch.tok = token;
+    /* -1 (the logits were not finite) feeds row 0 to the step queued
+     * after: the engine fails the request and drops that step's output,
+     * but its embedding must still read inside the table */
+    *ch.tok = token < 0 ? 0 : token;
     const int pos = *ch.pos + 1, b = pos / ch.block_size;
     *ch.pos = pos;
     if (b < ch.max_blocks)
@@ -275,18 +278,26 @@ __device__ __forceinline__ bool mbar_test(uint64_t *bar, unsigned parity) {
     return done != 0;
 }
 
-/* Programmatic dependent launch (sm_90). A kernel started with ck_launch
- * may begin while the previous kernel of the stream is still finishing:
- * until pdl_wait() returns it may only read what no earlier kernel writes
- * (the weights), and must write nothing. pdl_wait() returns once the
- * previous kernel has completed and its writes are visible; pdl_release()
- * then lets the next kernel start its own prologue. Chained this way, each
- * GEMV's first weight loads are in flight during the previous kernel's tail
- * instead of after it (the launch ramp was ~2-5 us of each decode kernel).
- * Both are no-ops in a kernel launched the ordinary way. */
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+/* Programmatic dependent launch (sm_90: the Hopper path only, caps.cu; in
+ * code for older architectures both are empty, and those kernels are never
+ * launched as dependents). A kernel started with ck_launch may begin while
+ * the previous kernel of the stream is still finishing: until pdl_wait()
+ * returns it may only read what no earlier kernel writes (the weights), and
+ * must write nothing. pdl_wait() returns once the previous kernel has
+ * completed and its writes are visible; pdl_release() then lets the next
+ * kernel start its own prologue. Chained this way, each GEMV's first
+ * weight loads are in flight during the previous kernel's tail instead of
+ * after it (the launch ramp was ~2-5 us of each decode kernel). Both are
+ * no-ops in a kernel launched the ordinary way. */
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void pdl_release() {
+#if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 /* Launches kernel<<<grid, block, smem, s>>>(args...), as a programmatic

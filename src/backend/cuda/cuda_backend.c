@@ -44,14 +44,13 @@
 #define STAGE_BYTES ((size_t)64 << 20)  /* two pinned buffers of 64 MiB: copy one, fill the other */
 /* The shortest flash-decoding split: one round of the decode kernel's 4
  * warps x 32 positions. At 64, a short context's blocks ran 2 of their 4
- * warps, and 64 sequences of 128..384 positions spent 104 us a layer in
- * attention (2.6 TB/s of KV, H200, 2026-11-30). */
+ * warps (docs/journal/attention.md). */
 #define SPLIT_LEN 128
-/* Decode blocks a step aims at (dec_splits): 64 sequences of 128..384
- * positions, Llama-2-7B (2048 rows x kv heads), decoded 8.14-8.18k tok/s
- * with every step at n_splits (16) splits, 8.34k with 2, 8.64-8.65k with 1
- * (H200, 2026-11-30). One sequence keeps up to 64 splits (32 kv heads);
- * at a 32k context 64 splits decoded 114.1 tok/s, 128 splits 111.3. */
+/* Decode blocks a step aims at (dec_splits): a step of many sequences
+ * needs fewer splits to fill the GPU (64 sequences of Llama-2-7B: 2048 rows
+ * x kv heads), and more splits than that only add merging; one sequence
+ * keeps up to 64 splits (32 kv heads). Measured in
+ * docs/journal/attention.md. */
 #define DEC_FILL_BLOCKS 2048
 
 _Static_assert(CK_PSTEP_SYNC == SIZES_CUDA_PSTEP_SYNC, "memory/sizes.h");
@@ -166,20 +165,35 @@ typedef struct {
 static char why_not[256] = "no CUDA device found";
 static char dev_name[256] = "unknown GPU";
 
+/* Without a driver the runtime says "CUDA driver version is insufficient"
+ * (cudaErrorInsufficientDriver, with a driver version of 0): that reads as
+ * an old driver, so the reasons are told apart here. */
 int cuda_device_count(void) {
-    int n = 0;
+    int n = 0, driver = 0, runtime = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) {
+    if (e == cudaSuccess && n > 0)
+        return n;
+    (void)cudaDriverGetVersion(&driver);
+    (void)cudaRuntimeGetVersion(&runtime);
+    if (e == cudaErrorInsufficientDriver && driver == 0)
+        snprintf(why_not, sizeof why_not,
+                 "no CUDA device: the NVIDIA driver is not loaded or no GPU is present");
+    else if (e == cudaErrorInsufficientDriver)
+        snprintf(why_not, sizeof why_not,
+                 "the NVIDIA driver supports CUDA %d.%d, older than the CUDA %d.%d this "
+                 "binary was built with: update the driver",
+                 driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+    else if (e == cudaSuccess || e == cudaErrorNoDevice)
+        snprintf(why_not, sizeof why_not, "no CUDA device: the NVIDIA driver found no GPU");
+    else
         snprintf(why_not, sizeof why_not, "no usable CUDA device (%s)", cudaGetErrorString(e));
-        cudaGetLastError(); /* clear it */
-        return 0;
-    }
-    if (n == 0)
-        snprintf(why_not, sizeof why_not, "no CUDA device found");
-    return n;
+    cudaGetLastError(); /* clear it */
+    return 0;
 }
 
 const char *cuda_why_not(void) { return why_not; }
+
+const char *cuda_path(void) { return ck_device_caps()->path; }
 
 const char *cuda_device_name(void) {
     struct cudaDeviceProp prop;
@@ -189,6 +203,8 @@ const char *cuda_device_name(void) {
 }
 
 hr_status cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err) {
+    if (cuda_device_count() == 0)
+        return hr_err_set(err, HR_ERR_DEVICE, "cuda: %s", why_not);
     size_t f = 0, t = 0;
     cudaError_t e = cudaMemGetInfo(&f, &t);
     if (e != cudaSuccess) {
@@ -477,7 +493,7 @@ static hr_status upload(cuda_backend *c, void *dst, const model_tensor *t, hr_er
  * small weights and small norm weights can fall below f16's normal range
  * (6.1e-5), where it keeps fewer bits than the norm's output would have.
  * Why fold at all: the persistent decode step then loads no norm weights
- * after its barriers (persistent.cu's header, "Landed later"). */
+ * after its barriers (+0.6% decode, docs/journal/decode-step.md). */
 static hr_status fold_norm(cuda_backend *c, be_weight *w, be_vector *v, hr_error *err) {
     if (c->p.no_norm_fold || c->p.compute != HR_DTYPE_BF16)
         return HR_OK;
@@ -609,11 +625,13 @@ static int64_t pstep_widest_k(const hr_model_info *in) {
     return qo > k ? qo : k;
 }
 
-/* Whether this model's decode steps of one row can run as one kernel
- * (persistent.cu's limits); HEADROOM_CUDA_PSTEP=0 keeps them op by op. */
+/* Whether this model's decode steps of one row can run as one kernel (the
+ * Hopper path, caps.cu; persistent.cu's limits); HEADROOM_CUDA_PSTEP=0
+ * keeps them op by op. */
 static bool pstep_eligible(const cuda_backend *c, const hr_model_info *in) {
     const char *env = getenv("HEADROOM_CUDA_PSTEP");
-    if ((env && strcmp(env, "0") == 0) || c->p.attn_naive || in->n_head % in->n_head_kv != 0)
+    if ((env && strcmp(env, "0") == 0) || !ck_device_caps()->hopper || c->p.attn_naive ||
+        in->n_head % in->n_head_kv != 0)
         return false;
     const int64_t widths[] = {in->n_embd, (int64_t)in->n_head * in->head_dim, in->n_ff};
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
@@ -1550,7 +1568,9 @@ hr_status backend_cuda_create(const hr_model_info *info, const be_params *p, hr_
     if ((s = cuda_profile_create(&c->prof, err)) != HR_OK)
         goto fail;
     /* HEADROOM_CUDA_PDL=0 turns programmatic dependent launch off, to
-     * measure what it gains (a process-wide switch: kernels read it at launch) */
+     * measure what it gains (a process-wide switch: kernels read it at
+     * launch; the generic path has none: ck_set_pdl). The device is set, so
+     * its capabilities are read now (caps.cu). */
     const char *pdl = getenv("HEADROOM_CUDA_PDL");
     ck_set_pdl(!(pdl && strcmp(pdl, "0") == 0));
     /* HEADROOM_CUDA_DEC_FILL=0 gives every decode step all n_splits splits

@@ -14,6 +14,9 @@ int cuda_device_count(void);
 const char *cuda_why_not(void);
 /* The name of device 0 as the driver reports it ("NVIDIA H200"). */
 const char *cuda_device_name(void);
+/* The kernels' path on the device the backend runs on: "hopper" or
+ * "generic" (caps.cu says what each holds). */
+const char *cuda_path(void);
 
 /* Free and total memory of device 0 (cudaMemGetInfo). */
 hr_status cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err);

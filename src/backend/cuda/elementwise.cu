@@ -11,10 +11,14 @@
  */
 #include "backend/cuda/common.cuh"
 
-static int pdl_enabled = 1;
+static int pdl_enabled = -1; /* -1: not yet read from the device */
 
-extern "C" void ck_set_pdl(int on) { pdl_enabled = on != 0; }
-extern "C" int ck_pdl_on(void) { return pdl_enabled; }
+extern "C" void ck_set_pdl(int on) { pdl_enabled = on != 0 && ck_device_caps()->hopper; }
+extern "C" int ck_pdl_on(void) {
+    if (pdl_enabled < 0)
+        pdl_enabled = ck_device_caps()->hopper;
+    return pdl_enabled;
+}
 
 template <typename T>
 __global__ void embed_kernel(float *x, int64_t ldx, const T *table, const int32_t *tokens, int n,

@@ -33,9 +33,29 @@ extern "C" {
 
 typedef enum { CK_BF16 = 0, CK_F16 = 1 } ck_dtype;
 
-/* 1 (default): the decode-path kernels start as programmatic dependents of
- * the previous kernel (overlapping its tail, see common.cuh); 0: ordinary
- * launches (HEADROOM_CUDA_PDL=0, to measure the difference). */
+/* What the device can run (caps.cu, which says what each path holds and
+ * the HEADROOM_CUDA_ARCH_FALLBACK override): read once, from the device
+ * current at the first call (the backend sets its own before). */
+typedef struct {
+    int major, minor;  /* compute capability */
+    int ptx;           /* the virtual architecture the loaded code was compiled
+                          for (80, 90: its __CUDA_ARCH__ / 10) */
+    int smem_block;    /* shared memory bytes a block may opt into */
+    bool hopper;       /* the Hopper path: programmatic dependent launch, the
+                          persistent decode step */
+    bool wgmma;        /* attention_wgmma.cu's kernel (compute capability 9.0) */
+    const char *path;  /* "hopper" or "generic" */
+} ck_caps;
+const ck_caps *ck_device_caps(void);
+
+/* The shared memory any device built for grants a block (sm_86, sm_89: 99
+ * KB): kernels that fit it run everywhere without a smaller variant. */
+#define CK_SMEM_BLOCK_MIN (99 * 1024)
+
+/* 1 (the default on the Hopper path): the decode-path kernels start as
+ * programmatic dependents of the previous kernel (overlapping its tail, see
+ * common.cuh); 0 (always on the generic path): ordinary launches
+ * (HEADROOM_CUDA_PDL=0, to measure the difference). */
 void ck_set_pdl(int on);
 int ck_pdl_on(void);
 
@@ -140,9 +160,12 @@ typedef struct {
 
 /* CK_ATT_TILE_WIDE when the wgmma kernel takes the step (Dh 128 on a
  * compute capability 9.0 device), or when ceil(longest / CK_ATT_TILE_WIDE)
- * * H >= CK_ATT_WIDE_MIN_BLOCKS; else CK_ATT_TILE. longest = the rows of
- * the step's longest prefill segment */
+ * * H >= CK_ATT_WIDE_MIN_BLOCKS and the wide tile fits; else CK_ATT_TILE.
+ * longest = the rows of the step's longest prefill segment */
 int ck_attention_tile_rows(int longest, int H, int Dh);
+/* whether prefill tiles of tile_rows rows at head size Dh fit a block's
+ * shared memory on this device (ck_device_caps) */
+int ck_attention_tile_fits(int tile_rows, int Dh);
 
 /* Flash kernels exist for Dh in {64, 80, 96, 128}; for any other Dh <= 256
  * decode and prefill run the naive kernel over their rows (its work must

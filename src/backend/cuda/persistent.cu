@@ -1,5 +1,6 @@
 /*
- * persistent.cu — a decode step of one row as one kernel.
+ * persistent.cu — a decode step of one row as one kernel (Hopper: TMA bulk
+ * copies and mbarriers, built for sm_90 only; caps.cu decides when it runs).
  *
  * Why: at batch 1 the step reads every weight once (13.5 GB for Llama-2-7B)
  * and does little else, so its speed is the rate at which HBM streams the
@@ -7,646 +8,85 @@
  * microseconds to its ramp and drain, and HBM idles during the small ops
  * between them: the kernels of gemv.cu stream at 3.0-3.9 TB/s back to back,
  * the step's matmuls all together at ~3.3 TB/s (H200, copy bandwidth 4.26).
+ * As one kernel the step streams at ~86% of the read bound.
  *
- * How: the backend records the step's ops as a program (ck_pstep_op, the
- * same ops with the same rounding points as the op-by-op path). One block
- * per SM runs it: 8 consumer warps do each op (all blocks share the work)
- * and meet at a grid-wide barrier before the next op; a ninth warp, the
- * producer, walks the same program and copies the block's share of every
- * matrix (a contiguous range of rows: rows are contiguous in memory) into
- * a ring of shared-memory stages with bulk copies (TMA), as far ahead as the
- * ring allows, at most kInFlight copies in flight at once (and the stages
- * freed by a GEMV's last kHold pieces refilled only once the block has
- * arrived at the barrier after it). The weights depend on no activation,
- * so the producer crosses the barriers:
- * while the consumers run the attention or wait at a barrier, the next
- * matrix is already on its way. The ring (as many 32 KB stages as fit
- * beside x, at most 6: 192 KB a block for Llama-2-7B, 25 MB over 132 SMs)
- * covers ~6 us of streaming.
+ * The picture to keep in mind: one block per SM; in each block 8 consumer
+ * warps that do the step's ops one after another, all blocks sharing each
+ * op and meeting at a grid-wide barrier before the next; and one producer
+ * warp that streams the block's share of every weight matrix into a ring of
+ * shared-memory stages, running ahead of the consumers and across the
+ * barriers (weights depend on no activation), so that while the consumers
+ * do the attention or wait at a barrier the next matrix is already coming.
  *
- * A GEMV: the block's rows [r0, r1) of W are one contiguous run of bytes,
- * cut into pieces of kPiece bytes (the last shorter); warp w takes the w-th
- * run of kSegPerWarp 512-byte segments of each piece (K % 256 == 0, so a
- * segment lies inside one row), loads them and the matching x (copied to
- * shared memory first) before any arithmetic, and keeps a running sum for
- * the row in tensor-core accumulators (seg_dot); when a run starts another
- * row, the warp adds its lanes and writes the row's partial to its own slot
- * (acc[warp][row]), so the sums do not depend on timing: the same step
- * gives the same bits every time.
- * The backend folds each norm into the GEMV that reads it (every block
- * normalises the row itself: no op, no barrier) and each residual add into
- * the GEMV that made the addend (o and down add their rows to x).
+ * The program: the backend records the step's ops (ck_pstep_op: the same
+ * ops with the same rounding points as the op-by-op path) and the kernel
+ * walks them in order, each op waiting at the barrier before it in its own
+ * turn. The backend folds each norm into the GEMV that reads it (every
+ * block normalises the row itself: no op, no barrier), each residual add
+ * into the GEMV that made the addend (o and down add their rows to x), and
+ * SwiGLU into the gate/up GEMV when each block's gate and up rows fit its
+ * acc (a block takes gate rows [a, b) and up rows [F + a, F + b)). In bf16
+ * each norm's weight is folded into the matrix after it at load, and a
+ * form of the kernel that loads no norm weights runs (kFolded).
  *
- * SwiGLU goes into the gate/up GEMV when each block's gate and up rows fit
- * its acc (a block takes gate rows [a, b) and up rows [F + a, F + b)).
+ * The producer: the block's rows [r0, r1) of W are one contiguous run of
+ * bytes, cut into pieces of kPiece (32 KB) bytes, the last shorter; it
+ * copies them into the ring (as many 32 KB stages as fit beside x and acc,
+ * at most 6: 192 KB a block for Llama-2-7B, 25 MB over 132 SMs, ~6 us of
+ * streaming) by bulk copies with an evict_first L2 policy, with at most
+ * kInFlight copies in flight, and refills the stages that a GEMV's last
+ * kHold pieces free only once the block has arrived at the barrier after
+ * that GEMV: copies in flight delay the arrival's release fence.
+ *
+ * A GEMV: the consumers copy x to shared memory (loads past K are zeros),
+ * then warp w takes the w-th run of kSegPerWarp 512-byte segments of each
+ * piece (K % 256 == 0, so a segment lies inside one row), loads them and
+ * the matching x before any arithmetic, and keeps a running sum for the
+ * row in tensor-core accumulators (seg_dot); a run that crosses one row
+ * boundary is loaded two segments at a time and switches rows once. When a
+ * run starts another row, the warp adds its lanes and writes the row's
+ * partial to its own slot (acc[warp][row]), so the sums do not depend on
+ * timing: the same step gives the same bits every time. A piece's stage,
+ * parity, row and column are carried from piece to piece (no division).
  *
  * The other ops: embed (and swiglu, when not folded) spread over the
- * blocks; the final norm on block 0; the attention one (head, split) a
- * block, flash-decoding style, the last split of each head merging the
- * others' partials as they come (split_merge), with the rotations folded
- * in (q rotated on load, this step's k rotated from qkv and stored with v
- * by the first head of its group), the pool rows it reads prefetched into
- * L2 while the qkv GEMV streams.
- * While a block waits at the barrier before the qkv GEMV it issues what
- * the attention after it needs that no op writes: its K/V prefetch. (The
- * next norm's weights were loaded there too until registers ran short:
- * "Landed later" below.)
+ * blocks; the final norm on block 0 when no GEMV takes it; the attention
+ * one (head, split) item a block, flash-decoding style: q rotated on load,
+ * this step's k rotated from qkv and stored with v by the first head of
+ * its group, 8 keys a warp a round kept 16-bit, each round's pages loaded
+ * a round ahead, and the last split of each head merging the others'
+ * partials as they come (split_merge, no atomic). The attention waits at
+ * its barrier itself, once it has its angles and first pages. While a block
+ * waits at the barrier before the qkv GEMV, warps 1..7 prefetch into L2
+ * the K/V rows its attention items will read.
  *
- * Measured (H200, Llama-2-7B, 128-token prompt, 256 new, 2026-11-30): 246.5
- * tok/s bf16, 247.4 f16, against 232.2 op by op; 248.0 with 6 stages and
- * SwiGLU in the gate/up GEMV; 251.7 bf16, 251.2 f16 with the dot products
- * on the tensor cores (seg_dot), the norm's x and w loaded together, and
- * the attention's first keys loaded with q; 254.2 bf16, 254.0 f16 with the
- * barrier's arrival a release reduction and the epilogue's loads moved to
- * the GEMV's start (re-measured in five later calls: 250.6-253.6). Per op
- * at 246.5, from HEADROOM_CUDA_PSTEP_TRACE: a GEMV 27.1 us on average (~3.7
- * TB/s with its barrier), the attention 10.4 us, swiglu 1.6, a barrier 0.2.
- * The way there, per GEMV:
- * warps taking every 8th segment with a division per segment, 49 us (the
- * consumers, not HBM, were the limit: with their arithmetic left out the
- * stream took 24 us); runs of consecutive segments, bit-shift bf16
- * unpacking, all loads first, 29 us; 32 KB pieces x 5 instead of 16 KB x
- * 10, 26.7 us; 20 KB x 9 31.1, 16 KB x 11 29.6 (runs across rows then go
- * the slow way); the norms as their own ops on block 0 cost 7 us each
- * before they were folded into the GEMVs. Rejected: L2 prefetches (bulk
- * prefetch.L2) 128, 190 or 320 KB a block ahead of the copies, so that HBM
- * would stream on while the ring is full: 229.8, 223.5, 200.4 tok/s.
+ * The barrier: consumers arrive with a release reduction on one counter
+ * (the counter only grows within a launch: target = barriers so far x
+ * blocks) and thread 0 polls it with acquire loads; between arrival and
+ * wait a block may issue loads that need nothing of the op just done.
  *
- * Rejected later (H200, 2026-11-30, bench/results/2026-11-30-h200-pstep-
- * experiments.jsonl; switches in a build whose own baseline was 246.8):
- * weights prefetched into L2 32 or 64 KB ahead of the ring, 197 from
- * 217.5 (the build's first baseline); prefetched only while a block's ring
- * is full and its consumers wait (at most 2, 4, 8 pieces beyond it, with or
- * without evict_last), 221.6-232.1 against 246.8. A block that waits spends
- * HBM bandwidth the slowest block needs to reach the barrier. The barrier's
- * polls relaxed with one acquire fence after, or without the nanosleep: no
- * change (216.9, 217.2, 217.5 against 217.5). No grid barrier at
- * all: every activation between ops as 8-byte slots (the f32 value and the
- * epoch of the op that wrote it, one 64-bit store), a reader spinning on
- * the slots it reads, so data and readiness come in one L2 round trip and
- * an attention item waits only for the blocks that made its q, k, v (the
- * host linked the program: buffers to slot arrays, epochs per op). Correct
- * (test_cuda_pstep 40/40, test_backend_ops), but slower: 220.0 when a
- * thread waited on its slots one after another, 251.1 against 253.6 with
- * all of a thread's missing slots polled again together each round; the
- * first form with a sleep between polls 194.4 (64 ns), 184.8 (256), 142.9
- * (1024). Twice the bytes of x per block (8 a value), and every block's
- * 256 threads polling where one thread polled a counter, cost what the
- * round trip saved.
+ * A greedy step draws its own token: the lm head's epilogue ranks its rows
+ * (an atomic max of ck_logit_key), and the last block out writes the token
+ * and the next step's metadata (ck_chain), so no sampling kernel runs and
+ * the host can queue the next step before it knows the token; that block
+ * also zeroes the counters for the next launch.
  *
- * Landed later (H200, 2026-11-30, bench/results/2026-11-30-h200-pstep-
- * kv-prefetch.jsonl, two rounds in one call, tok/s): the K and V rows of
- * each block's attention items bulk-prefetched into L2 before the qkv GEMV
- * (attn_prefetch; +0.6-0.7% in the experiment builds above) 253.2, 251.8
- * against 252.0, 252.1; with the splits' merge on one acq_rel atomic after
- * the block barrier (no __threadfence by every thread, before and after)
- * and its loads issued four splits at a time, 254.0, 253.6.
- *
- * Landed later (bench/results/2026-11-30-h200-pstep-attn-keys.jsonl): the
- * attention's K and V kept as loaded (16-bit) in registers, so a warp
- * holds 8 keys a round instead of 4 as f32 (kAttKeys): 257.2, 256.3
- * against 253.9, 253.7 at 128..384 positions; 236.7, 237.1 against 220.8,
- * 221.1 at 1024..1280. 12 keys: 254.6, 252.9 (the kernel at its 168
- * registers, with spills, its GEMVs 26.99 against 26.07 us in the trace),
- * 233.4 at 1024. Head size 64 (tinyllama-1.1b shape): 8 keys 937.4, 943.4
- * against 916.6, 918.6, and 793.5, 792.9 against 700.3, 703.0 at 1024;
- * 16 keys 931.8, 933.6 and 778.8, 780.0.
- *
- * Rejected later (same file, one call, a build whose own baseline was
- * 252.6 against main's 253.7): the next GEMVs' pieces beyond the ring
- * prefetched into L2 at the attention's start, when no block is waiting
- * on HBM for its own op, 2, 4, 8, 16 pieces a block: 252.4, 249.8, 246.6,
- * 239.6 (the trace: the attention 8.16 -> 10.78 us with 4, its L2 loads
- * queued behind the prefetches; the GEMVs 26.87 -> 26.46); a GEMV's x
- * kept in registers where each warp meets the same columns in every piece
- * (K 2048 .. 16384: half the shared-memory reads of a piece), 250.7
- * against 252.6: the consumers' shared-memory traffic is not what limits.
- * The same prefetch issued after the attention instead (its loads no
- * longer behind it), 2 or 4 pieces a block: 256.8, 257.0 and 256.0,
- * 256.2 against main's 256.9, 257.1 (another call).
- *
- * A timeline of one step (a -DHR_PSTEP_TIMELINE=ON build, tools/
- * pstep_timeline.py; H200, 2026-11-30, bench/results/2026-11-30-h200-
- * pstep-timeline.jsonl) shows where HBM waits. When a block passes the
- * barrier before a GEMV, its ring holds that GEMV's first 6 pieces, all
- * landed (99% of the blocks), and nothing more can be issued until the
- * consumers free a stage: the last arrival to the pass takes 2.5 us, x
- * (and the norm) 1.4 us (o) to 3.3 us (qkv, behind the K/V prefetch's
- * issue), the first piece and its release 1 us, the refill 1.8 us to
- * land. So each GEMV starts with 3-5 us in which HBM delivers almost
- * nothing GPU-wide (0-0.3 TB/s in its first tenths, 3.5-4.6 after), and
- * nothing lands during the attention (the rings are full when it starts).
- * A copy takes 3.2 us to land and a landed piece waits 3.2 us for the
- * consumers, on average. More buffer of the kinds tried does not bridge
- * it (same file, one call each, tok/s): 5 ring stages instead of 6,
- * 258.7, 258.4 against 258.8, 258.8 (so the ring is not short in the
- * GEMVs' bodies); each warp moving one landed piece of the next GEMV into
- * registers while it waits at the barrier, so the stage refills (x loaded
- * by cp.async to make room: that alone 258.8, 258.8 against main's 259.5,
- * 259.7; more than one piece spills), 259.3, 259.1; the consumer threads
- * prefetching (prefetch.global.L2, a line each) the 2, 4, 8 pieces after
- * the ring at a GEMV's start, 252.3, 248.1, 240.4 (x's loads queue behind
- * them), or once x is in, 258.4, 256.1 (2, 4) against 258.8; the K/V
- * prefetch moved after the qkv GEMV's x load, 257.0, 257.5 against 258.7,
- * 259.2; or issued by the producer as it reaches the qkv GEMV, 254.5,
- * 254.5 against 256.7, 256.8. What would bridge it is a GEMV whose
- * consumers need not wait for the whole of x (or no barrier), or ~5 us
- * more of in-flight weights per SM than shared memory holds.
- *
- * Landed later (H200, 2026-12-01, bench/results/2026-12-01-h200-pstep-
- * wait-window.jsonl, tok/s, three rounds against main in one call): the
- * barrier split in two, and between its halves (thread 0 polling) warps
- * 1..7 issue the next attention's K/V prefetch (it was issued at the qkv
- * GEMV's start, ahead of its x) and every thread loads the next norm's
- * weights: 259.9, 259.9, 258.5 against 256.0, 255.4, 256.6 (the K/V part
- * alone 259.2, 258.4, 259.0). The timeline: x stored after the pass 1.9
- * us at qkv (was 3.4), 1.7 at gate/up (2.2). Also tried: the next GEMV's
- * x lines prefetched into L2 in the same window, 256.5, 256.3 against
- * 257.0, 256.8 (another call): rejected.
- *
- * Landed later (H200, 2026-12-01, bench/results/2026-12-01-h200-pstep-
- * inflight.jsonl; timelines with a stamp after the arrival's release):
- * after a GEMV the arrival's release fence took 2.3-3.9 us on average
- * (the last block's 1.1-3.7), after the attention 0.4; with the epilogue's
- * stores left out (measurement only) it still took 2.3-4.1, and with a
- * relaxed arrival (no fence; measurement only, not correct by the memory
- * model) the step ran 264.0, 264.0, 263.7 against 259.2, 258.8, 259.7, the
- * arrival itself then late only after the o GEMV (3.8 us). So the fence
- * waits for the block's weight copies in flight, and the block's requests
- * queue behind them. At most kInFlight copies in flight, the rest of the
- * ring landed: 2, 265.5, 265.9 against 260.8, 260.8; 3, 259.7, 260.0
- * (copies land in 2.2 us instead of 3.1, arrivals spread 2.0 us instead of
- * 3.8, the fence still 1.9-3.0); 4, 259.4, 257.7; 1, 260.8, 261.3; as
- * committed 265.7, 266.0 against 260.7, 260.7 (test_cuda_pstep 40/40; 32k
- * context 114.1 against 113.9).
- *
- * Landed later (H200, 2026-12-01, bench/results/2026-12-01-h200-pstep-
- * hold.jsonl, tok/s, libraries swapped in one call, two rounds): the
- * refills of the stages that a GEMV's last 3 pieces free wait for the
- * block's arrival at the barrier after it (kHold): 270.4, 269.9 against
- * 268.1, 268.3; in two later calls 267.9, 268.3 against 266.0, 266.1 and
- * 268.2, 268.4 against 266.1, 264.9 (test_cuda_pstep 40/40). Its timeline:
- * the GEMV barriers' release fence 0.96-1.45 us (1.45-1.59 without), x in
- * 2.6-2.8 us after the pass at qkv and gate/up (1.9 without: the held
- * refills go out with x's loads). 4 held, 269.0, 268.6; 3 held and 3 in
- * flight, 266.4, 265.8. Rejected: the held pieces bulk-prefetched into L2
- * as their stages came free, the first only 266.8, 266.3, all of them
- * 258.8, 259.1 (against 267.9, 268.3 held alone); the hold released once
- * the next GEMV's x is in rather than at the arrival (x in after 1.4-2.1
- * us again, but each GEMV's first tenth streams less), 2 held 268.5,
- * 268.9, 3 held 269.2, 268.5, 4 held 265.2, 265.6 against 268.2, 268.4:
- * no better than the simpler form. A relaxed arrival (measurement only)
- * ran 275.0, 274.9 against 268.1, 268.3: the fence still takes ~1 us
- * under the weights' stream with the block's last refills held, so only
- * a publication that needs no release fence (values tagged with the step,
- * checked by their readers) would take that back.
- * Rejected the same day: the attention's round of 8 keys scored together,
- * one rescale a round rather than one a key, with the next round's rows
- * prefetched into L1: 261.5, 261.1 against 265.5, 265.6 (without the L1
- * prefetch 262.4, 262.9), and wrong (test_cuda_pstep: 6 of 40 failed, at
- * llama2-7b, llama3-8b and tinyllama-1.1b bf16); the cause was not found.
- *
- * Landed later (H200, 2026-12-01, bench/results/2026-12-01-h200-pstep-
- * cross.jsonl): the down GEMV (K = 11008 for Llama-2-7B) was the one the
- * consumers paced. In its body a landed piece waited 3.7 us for them
- * (0-0.3 in qkv, gate/up and the lm head; 0.8 in o), and HBM delivered
- * 3.3-3.7 TB/s there against 4.1-4.4 in gate/up: its 43-segment rows put
- * a run across a row boundary in 95% of its pieces, and such a run went
- * segment by segment (warp 0 took 1.77 us on a piece where its run
- * crossed, 0.46 where not). Of the 875 us a step lost against 4.4 TB/s in
- * one timeline (a step of 3928 us), the down GEMVs lost 262, the
- * attentions 208, o 157, qkv 140, gate/up 105. A run across one row
- * boundary now loads two segments at a time and switches rows once: 276.7,
- * 276.8 against 267.5, 267.3 (four segments at a time, 274.4, 274.1;
- * test_cuda_pstep 40/40); in its timeline the down GEMV takes 25.9 us
- * (30.3), a landed piece waits 1.8 us there, 3.6-4.3 TB/s in its middle.
- *
- * Landed later (H200, 2026-12-01, bench/results/2026-12-01-h200-pstep-
- * attn-wait.jsonl, three calls): each op waits at the barrier before it
- * in its own turn of the program loop, so the norm weights preloaded for a
- * GEMV no longer live across the other ops (282.6, 280.8 against 277.8,
- * 279.5), and the attention waits there itself once it has its angles and
- * its first round's pages (the block table entries, lane u holding row
- * u's): 280.5, 279.9 / 283.2, 282.9 / 280.2, 279.3 against 275.1, 275.3 /
- * 277.8, 279.5 for the commit before (test_cuda_pstep 40/40). With the
- * angles after the wait, 279.6, 278.3; its timeline has q in 2.6 us after
- * the pass (3.0 before). Rejected: the first round's rows loaded before
- * the wait too: q in 1.0 us after the pass and the attention's arrival 4.5
- * us (6.5), but the barrier slower (last release to pass 1.55 us, 0.8
- * without: 4 MB of rows in L2's way) and 275.1, 275.6 against 280.2,
- * 279.3. A round's scores together (their shuffles interleaved, one
- * rescale a round, a key past the split left out rather than weighted 0,
- * which the wrong form above may have done): correct (40/40) but 281.0,
- * 281.6 against 283.2, 282.9 (24 bytes spilled). Rejected in a later
- * call: the next 4, 8 or 12 pieces after the ring bulk-prefetched into L2
- * by the producer while the consumers are in the attention (the ring full,
- * HBM idle): 276.3; 273.0, 273.2; 270.7 against 279.9, 279.1 (correct,
- * test_cuda_pstep 40/40). As the rows loaded before the wait above, L2
- * traffic during the attention and its barrier costs more than the HBM
- * time it saves: the attention phase is bound by L2 round trips.
- *
- * Landed later (H200, 2026-12-01, bench/results/2026-12-01-h200-pstep-
- * scores-together.jsonl, two calls, two rounds each): no norm weights
- * preloaded at the barrier (they load after it, beside x) and a round's
- * scores together (above): the kernel spills nothing. 287.0, 287.0 against
- * 283.4, 283.8 for the commit before, and 282.7, 283.4 against 280.5,
- * 279.4 in the next call (test_cuda_pstep 40/40 for the same arithmetic
- * with the hold below). The preload alone left out: 285.0, 285.0. Also
- * measured (first call): the K/V prefetch left out, 284.9, 285.5; issued a
- * GEMV earlier, 285.2, 285.1; on top of this commit, left out: 283.5, 282.3
- * (second call): no clear gain, kept. 16 KB pieces (12 stages, 4 in
- * flight, 6 held) 227.0, 226.5; 24 KB (8 stages, 2 in flight, 4 held)
- * 213.3, 212.2: rejected. The qkv GEMV's held refills released only once
- * the attention's q was in (so that they do not queue before its loads),
- * without the K/V prefetch: 281.8, 282.0; once its keys were in, 281.4,
- * 281.4; with the prefetch, 280.9, 281.1 (against 283.5, 282.3): rejected.
- * In two later calls (bench/results/2026-12-01-h200-pstep-tagged.jsonl)
- * this commit ran 287.2, 286.9 and 282.9, 283.5 (test_cuda_pstep 40/40).
- * Beside it, knobs: kHold 2, 281.3, 281.7; 4, 281.9, 282.6; kInFlight 3,
- * 278.8, 279.3; the barrier's poll sleeping 64 ns, 282.9, 283.6; the K/V
- * prefetch left out, 283.6, 283.7: none kept.
- *
- * Rejected (same file, branch wip/tagged): tagged words (16 bits of ck and
- * a 16-bit tag of the step and op) from qkv to the attention, from it to
- * o and from gate/up to down, the arrival before such a reader relaxed
- * (no release fence: the readers check the tags and load again until
- * they match): 264.8, 264.5 against 287.2, 286.9, with 6 of x's tagged
- * words in flight a thread 278.6, 278.6; no grid barrier before such a
- * reader at all (the readers poll, one lane a warp first) 263.0, 263.2.
- * All correct (test_cuda_pstep 40/40). x as 32-bit words is twice the
- * bytes, and the kernel spilled 96-192 bytes; in the timeline the GEMV
- * bodies' landed pieces waited longer for the consumers (o 1.43 us against
- * 0.83, down 2.33 against 1.58) while the relaxed arrivals' fence fell
- * from 1.3 to 0.5-0.7 us. The spills came from the kernel holding two
- * copies of the x-load loop, plain and tagged (two identical copies spill
- * too). With one loop for both (no spills; the branch's head 559ca93, one
- * later call, two rounds) still slower: A 280.0, 279.6 and B 278.9, 277.2
- * against 283.5, 281.9 for this commit; without the SwiGLU product tagged
- * (its K = 11008 takes two round trips of tagged loads) A 279.8, 279.9, B
- * 278.9, 277.4 (test_cuda_pstep 40/40 for both).
- *
- * Rejected (H200, 2026-12-01, bench/results/2026-12-01-h200-pstep-by-head.
- * jsonl, three calls, branch wip/byhead): the o projection started by head
- * as the attention's heads come out, with no barrier before it (when the
- * attention starts, the rings already hold 25 of o's 33.5 MB, and HBM
- * idles until o's consumers free them). Each warp takes the segments of
- * its run in order, waits until their heads are out (the head's merge
- * publishes it with release; warp 0 polls), and goes through each segment
- * in every piece the ring holds. Correct (test_cuda_pstep 40/40,
- * test_backend_ops 1190/1190) and slower: the stages freed as each warp was
- * through, 246.4, 246.8, 246.9 against 286.4, 286.4, 286.5; held until
- * every head was out, 245.2, 243.3 against 283.4, 283.3; the heads polled
- * as one 64-bit mask by one lane (32 lanes had polled 32 counters), 243.6,
- * 246.5, 244.5 against 280.7, 280.8, 280.9; the 32k context 114.2-113.3
- * against 114.6, 113.5. In the timelines the blocks were through ~15 us
- * after the last head was out (the heads' flips done by 10 us; with the
- * flips and the polls as atomics, the same), and the attention's q came in
- * 3.5-3.7 us after the pass (2.4-2.9 in other builds). With the x
- * segments of all heads out copied together (cp.async; the branch's head
- * a64f94d, a later call): 239.8, 238.0 held and 240.2, 237.8 freed against
- * 283.3, 282.6, so x's loads were not the cause (warp 0 had its first
- * segment's x 1.4 us after o's start, and was through 17 us after the
- * last head was out); the same kernel with by-head never taken at run
- * time, 282.8, 282.6, its q in 2.6 us after the pass: neither the heads'
- * flips nor the code slow the attention, the by-head o running beside it
- * does. Dropped.
- *
- * Rejected (H200, 2026-12-01, bench/results/2026-12-01-h200-pstep-idle-
- * prefetch.jsonl, one call, branch wip/idle-prefetch): the blocks without
- * an attention item (4 of 132 at 4 splits a head) bulk-prefetching into
- * L2, once past the wait before the attention, the o projection's bytes
- * beyond every block's ring (7.4 MB): 249.1, 249.8 against 281.9, 281.4;
- * with each block's first 2 gate/up pieces a run as well (8.4 MB more),
- * 191.7, 191.0; the same over 36 idle blocks (3 splits a head), 277.2,
- * 277.0. The cost falls with the bytes a block issues (~15 us a layer
- * for 1.85 MB a block), which points (no timeline taken) at the
- * prefetching blocks' own arrival after the attention, its release fence
- * waiting behind their prefetches, holding everyone at the barrier: the
- * fence of "Landed later" above. Prefetching only after their own arrival
- * (at the o GEMV's start; bench/results/2026-12-01-h200-pstep-relay.jsonl,
- * one call, two rounds): 4 idle blocks, o's bytes beyond the rings, 256.0,
- * 254.8 against 283.0, 282.5; 36 idle blocks (3 splits a head) with o's
- * and the first 2 gate/up pieces a run, 281.5, 281.1; o's only, 283.0,
- * 282.9; 3 splits without prefetch, 282.2, 282.7 (test_cuda_pstep 40/40
- * for the 36-block form). Its timeline: o's first two tenths still 0.6
- * and 2.5 TB/s. Rejected.
- *
- * What the barrier's release fence costs now (same file, one call, three
- * rounds; measurement only, not correct by the memory model): every
- * arrival relaxed, 287.2, 287.8, 287.1 against 283.1, 281.8, 282.0 (+1.8%).
- * Rejected (same file, three calls, branch wip/sentinel): a publication
- * without the fence, "relay buffers". Every GEMV output that later ops of
- * the step read (qkv, the residual after o and after down, the SwiGLU
- * product: 128 a step for Llama-2-7B) goes to a buffer of its own, one of
- * two halves by the step's parity, each element all ones until its writer
- * stores it (and clears the other half's for the next step); readers load
- * with relaxed loads of the element's size until no element is all ones,
- * and the GEMVs' arrivals are relaxed. Correct (test_cuda_pstep 40/40,
- * test_cuda_model 94/94) but slower: 277.7, 278.0 against 285.1, 286.7,
- * and with the relay buffers off in the same kernel 277.3, 277.1: the
- * relaxed arrivals gained 0.2% of the 1.8%, and the kernel itself lost
- * 2.8%. Not from x's loads: 8 or 16 bytes a load, relaxed or .cg, 276.1 -
- * 277.9 against main's 283.4, 283.8 (next call); nor from the attention's
- * relay loads (1.3k of the 3.4k SASS instructions the kernel grew by; the
- * GEMV loop's code is the same): compiled out, 279.4 against 278.5 and
- * main's 287.0 (a third call). Not found: the rest (the norm op out of
- * line, which kept the kernel from spilling; the relay offsets live
- * through every op; the epilogue's branches).
- *
- * Landed later (H200, 2026-12-01, bench/results/2026-12-01-h200-overlap.
- * jsonl; libraries swapped in each call): with the engine keeping a lone
- * sequence's next step queued (overlap, engine.c) the host no longer adds
- * to a token: 288.4, 288.2, 288.2 tok/s against 287.2, 285.5, 286.7. Then a
- * greedy step's argmax drawn here, the lm head's epilogue ranking its rows
- * (an atomic max of ck_logit_key) and the last block out emitting the token
- * and the next step's metadata (ck_chain), so no sampling kernel runs, and
- * the counters zeroed by that block instead of a memset before each launch:
- * 288.7, 288.9, 288.5 against 288.2, 288.1, 288.2. The final norm taken by
- * the lm head (a one-row gather is the row itself: two barriers and a
- * one-block norm op less): 289.4, 289.6, 289.1 against 289.2, 289.3, 288.9.
- * Rejected: each step launched as a programmatic dependent of the one
- * before (eager launches; its producers streaming before griddepcontrol.
- * wait while the step before finished): 285.2, 285.3, 285.2 against 285.3,
- * 285.3, 285.2 replaying graphs, in a call whose machine ran ~1.4% slower.
- *
- * Rejected (H200, 2026-12-01, bench/results/2026-12-01-h200-x-loads.jsonl,
- * four calls, libraries swapped in each; tok/s against main in the same
- * call): what a GEMV loads after the barrier before it costs more than its
- * bytes. The attention's split merge moved into the o GEMV's x load (each
- * split leaves its partial, no split counter; every block merges the four
- * splits of every head as it loads x: 64 KB of partials a block), 278.5
- * against 285.4; one group of 8 elements a thread at a time (no spills),
- * 281.5 (correct: test_cuda_pstep 60/60). The norm's x and w loaded 16
- * bytes a load rather than 4, 286.9 against 288.7; w with an L2 evict_last
- * hint, 284.6 against 285.7; and the next norm's w bulk-prefetched into L2
- * a GEMV ahead, 285.9. With no w loads at all (measurement only, wrong
- * results) 287.5 against 285.7, 290.8 on the 16-byte form: so the op that
- * writes the residual row (the embedding, o, down) wrote x * w of the next
- * norm and its block's sum of squares (thread 0, before the arrival), and
- * the GEMV taking the norm loaded that row and the 132 sums instead of x
- * and w: correct (test_cuda_pstep 60/60, test_cuda_model 140/140, planner
- * sweep worst 0.08%) but 282.1 against 285.3 (4 bytes spilled).
- *
- * Landed later (H200, 2026-12-01, bench/results/2026-12-01-h200-norm-
- * fold.jsonl and ...-llama2-7b-norm-fold-check.jsonl, four calls): for
- * bf16, each norm's weight folded into the columns of the matrix after it
- * at load (qkv, gate/up, an untied lm head; cuda_backend.c's fold_norm), so
- * that a step whose norms are all folded runs a form of this kernel that
- * loads no norm weights (kFolded): 290.4, 290.4, 290.1 tok/s against
- * 288.7, 288.4, 288.4 for the commit before (and 288.7, 288.6, 288.8 for
- * this build with the fold off) in one call; 287.1, 287.6, 287.0 against
- * 285.4 with the fold off in another, and 287.4, 287.6, 287.4 in a third
- * (the machines lent differ by ~1.3%). test_cuda_pstep 60/60,
- * test_backend_ops 1250/1250, test_cuda_model 180/180 (the fixtures'
- * logits and perplexity against transformers, bf16 folded and not). First
- * tried as a branch on a NULL w in one kernel: 287.1, 287.2 folded, 283.0,
- * 283.1 not, against 285.2, 285.1 for the commit before: the branch alone
- * cost 0.7%. Rejected (same file, one call): the folded form's norm
- * deferred, x stored unscaled and each warp's sum of squares published by
- * the sync after it, the GEMV's row sums scaled in its epilogue (two block
- * syncs and the reduction's latency off the path before the GEMV; correct,
- * test_cuda_pstep 60/60): 282.6, 282.5, 282.3 against 287.4, 287.6, 287.4.
- *
- * Landed later (H200, 2026-12-02, bench/results/2026-12-02-h200-pstep-
- * merge.jsonl, four calls, libraries swapped, rounds interleaved): a head's
- * splits merged without an atomic (split_merge: the last split polls the
- * others' partials, each word tagged with its split's L, and clears them):
- * 293.1, 293.0 tok/s against 290.7, 291.0 for the commit before in one
- * call, 289.6, 289.8, 289.7 against 287.1, 287.0, 287.4 on a slower
- * machine in the next (test_cuda_pstep 60/60, test_backend_ops 1396/1396,
- * test_cuda_model 180/180); 293.1, 293.0, and 293.0 (f16 291.1, the 32k
- * context 114.4) in a fourth. The split counter's acq_rel atomic had a
- * release (behind the block's weight copies in flight) and the last
- * split's loads one round trip after it. Rejected:
- * the barrier polled with 4 loads in flight, issued 100 or 200 ns apart
- * (a pass seen sooner after the last arrival), 283.7, 283.4 and 283.4,
- * 283.0; 8 in flight, 272.8, 273.2, against 290.7, 290.9: the polls delay
- * the arrivals at the counter's L2 slice. Fewer polls while many blocks
- * are out (a sleep of 8, 16 or 32 ns a missing arrival, at most 2 us):
- * 291.1, 290.9; 290.7, 290.9; 290.4, 290.2: no gain. In the fourth call,
- * one build with the attention's next round of K loads issued right after
- * the round's dot products (its V after the V weighting, rather than both
- * at the round's end) and the chain's loads (ck_chain_emit) issued before
- * the step's last fence: 289.9, 289.8 against 293.1, 293.0: rejected.
- *
- * Its timeline (bench/results/2026-12-02-h200-pstep-timeline.jsonl; a
- * -DHR_PSTEP_TIMELINE=ON build, graphs off: a step 3681 us at context
- * 228, 3737 at 348): the attention from the first pass before it to the
- * last pass after it 6.2 us (q in 2.2 us after the pass, warp 0's keys
- * 2.9, the split out 3.7, the arrival 3.9), 7.5 us at 348 positions,
- * where a second round of keys takes 1.3 us more; the o GEMV after it
- * lands nothing GPU-wide in the first three tenths of its 10.2 us (its
- * ring was full when the attention began, and its first refill lands 5.1
- * us after the pass); at a GEMV's barrier the last arrival to the pass
- * 2.1 us, of it the release fence 1.24 us. So HBM idles ~9 us a layer
- * around the attention: still the largest loss. (The fourth call's
- * rejected build above bundled the earlier next-round loads with the
- * chain's; measured apart below.)
- *
- * Rejected (H200, 2026-12-02, bench/results/2026-12-02-h200-pstep-attn-
- * inflight.jsonl, five calls, libraries swapped, rounds interleaved; tok/s
- * against this kernel in the same call). The two parts of that build
- * apart: the next round's loads issued early, 286.7, 286.7 against 289.9,
- * 289.8; the chain's loads before the last fence, 289.8, 289.9 (no gain).
- * The attention's next round copied into shared memory (cp.async, a
- * lane's own 8 bytes of K and V a key, at x and acc) one round ahead of
- * the round in registers: 289.9, 290.0 against 289.9, 289.8 at 128..384
- * positions, and slower where there are more rounds: 240.3, 240.3 against
- * 246.1, 245.9 from a 2048-token prompt, 214.2 against 219.9 from 3584.
- * More copies in flight while the consumers have many of their op's
- * pieces left (so they land long before the arrival's fence): 3 while 5
- * or more are left, 288.4, 288.0; 4 while 6, 287.8, 287.7; 4 while 8,
- * 288.7, 288.9; 3 while 8, 288.9, 289.0, against 293.0, 293.3: more in
- * flight slows the step even where no fence waits for it. The weights
- * copied with an evict_normal L2 policy instead of evict_first: 283.8,
- * 283.7 against 289.4, 289.6 (probably the K/V rows and activations
- * leaving L2 under the weights; not measured). A run of segments across a
- * row boundary with all 8 loads first and the next row summed apart (two
- * accumulators; the same sums), with a GEMV's x loads zero-filled past K
- * (so that no x register is carried from one GEMV to the next, which
- * let that form fit without spills): 292.0, 291.8 against 292.9, 292.8
- * (test_cuda_pstep 60/60); every run taken that way (one path, no
- * separate usual case): 241.5, 240.5.
- *
- * Landed later (H200, 2026-12-02, bench/results/2026-12-02-h200-row-
- * flags.jsonl, two calls, libraries swapped, rounds interleaved): the
- * x loads zero-filled alone (the part of the rejected build above that
- * carries no x register between GEMVs): 292.9, 293.0, 293.1 against 292.9,
- * 292.9, 292.8, then 293.3, 293.3, 293.2 against 293.2, 293.1, 293.0: six
- * pairs of six faster, by 0.05% on average. Rejected in the second call:
- * an attention item waiting only for the blocks that hold its head's q, k
- * and v rows (each block, once its qkv rows are out, publishing the op's
- * index in a word of its own, one release fence for that and its barrier
- * arrival; lanes of warp 0 polling the 2-9 blocks an item needs), not for
- * the grid: correct (test_cuda_pstep 60/60, test_backend_ops 1396/1396)
- * and 286.8, 286.7, 286.6 against 293.2, 293.1, 293.0; 244.6 against
- * 248.2 from a 2048-token prompt. As with the o projection started by
- * head: an attention that begins while other blocks still stream their
- * GEMV costs more than the barrier it saves (branch wip/row-flags).
- * The machines lent differ, and not in their copy bandwidth: this kernel
- * ran 288.5 tok/s on one that copies at 4.27 TB/s (bench's copy
- * bandwidth) and 293.1 on ones that copy at 4.24. A timeline on a faster
- * one (bench/results/2026-12-02-h200-pstep-timeline-fast.jsonl; a step
- * 3624 us against 3681 in the one above, most likely on a slower machine)
- * has the attention and barriers the same within 0.2 us and the GEMV
- * bodies 1-2% faster: their HBM streams reads faster (README).
- *
- * Landed later (H200, 2026-12-02, bench/results/2026-12-02-h200-kv-ring-
- * page-ahead.jsonl, four calls, libraries swapped, rounds interleaved):
- * the attention's pages loaded a round ahead (lane u holds the page of
- * the next round's key u, loaded beside this round's rows), so that a
- * round's K and V loads wait for no block-table load before them: 247.8
- * against 245.1 tok/s from a 2048-token prompt, 288.5, 288.6 against
- * 288.6, 288.6 from 128 tokens, 114.3 against 114.2 at 32k (test_cuda_
- * pstep 60/60, test_cuda_model 183/183).
- * Rejected (branch wip/kv-ring): the first round of each block's item
- * (64 keys of K and V) copied into a ring stage by the producer while the
- * qkv GEMV streams, so that after the barrier the attention waits only
- * for q. Its timeline (a faster machine): q in 1.0 us after the pass
- * (2.2 in the timelines before), the arrival 3.1 (3.9), a step at 228 positions 3585
- * us (3624); but the stage's refill in flight made the attention's
- * release fence take 1.7 us (0.4), 1.5 with the refill held until that
- * arrival: 291.8, 292.0 against 293.1, 293.1 tok/s. From a 2048-token
- * prompt 221.3 against 248.4: its later rounds took 3.4 us each, most
- * likely because, without the first round's block-table loads before
- * the wait, the table's lines were not in L1 and each round waited for a
- * table load and then for its rows. With the pages a round ahead: 288.3,
- * 288.3 against 288.6, 288.6, and 245.7 against 245.1 (test_cuda_pstep
- * 60/60): no gain over the pages alone. In its timeline the attention
- * took 6.9 us from the first pass to the last against 6.4, its items'
- * arrivals 1 us sooner after their own pass: some blocks passed late,
- * most likely waiting for the ring's copy of the round (from HBM: the L2
- * prefetch left those rows out). With them prefetched as well: 289.3,
- * 289.2 against 289.6, 289.8 for the pages alone (a fifth call).
- *
- * Rejected (H200, 2026-12-02, bench/results/2026-12-02-h200-fused-mlp.
- * jsonl, four calls, branch wip/fused-mlp): the MLP as one op. The down
- * GEMV neither waiting at the barrier after gate/up nor loading its x
- * (measurement only, wrong results) ran 301.6, 301.7 tok/s against 293.5,
- * 293.2: that barrier and x load cost 2.8%. Built for real: a block keeps
- * its h rows [a, b) in shared memory and multiplies them into its columns
- * [a, b) of the down matrix, fetched as boxes of 104 columns x 157 rows
- * (TMA, a tensor map per layer; the box starts at a rounded down to 8),
- * each thread a row of a box, the partial rows added into the residual's
- * pending sums as fixed-point 64-bit atomics (so the same step gives the
- * same bits), which the next norm and the o GEMV's residual add take in.
- * Correct (test_cuda_pstep 60/60, test_cuda_model 183/183) but 275.0,
- * 274.8 against 293.4, 293.0; the blocks starting at boxes of their own
- * (the atomics spread over the rows) 271.9, 271.5 against 291.7, 291.8,
- * without the atomics (measurement only) 274.0, 273.9; 8 accumulators a
- * row 271.1, 270.6, and no arithmetic nor atomics at all 273.0, against
- * 289.8 (a third machine). So the column boxes' fetch is the cost (rows
- * of 208 bytes 22 KB apart), not the sums; with the fused code present
- * but not taken (HEADROOM_CUDA_FUSE_MLP=0) 290.3 against 293.0-293.4
- * (155 registers against 142). With the down matrix transposed (a copy
- * made at the first step, outside the plan; branch wip/fused-mlp-t, each
- * block's rows of it one contiguous run through the ring, 16 output
- * columns a thread; bench/results/2026-12-02-h200-step-edges.jsonl):
- * correct (test_cuda_pstep 60/60) and slower still, 256.9, 257.0, 257.0
- * against 289.8, 289.7, 289.8. Whatever the fetch, a fused MLP exchanges
- * every block's 4096 partial sums a layer (132 x 4096 atomics, ~50 times
- * the bytes of the down GEMV's x load) where the two-op form exchanges h
- * once. Dropped.
- *
- * The step's edges (same file, three calls, libraries swapped, rounds
- * interleaved). The whole step run twice a launch (measurement only: one
- * token a launch; branch wip/step-edges): 146.39, 146.41, 146.39 tok/s
- * against 292.36, 292.40, 292.30 for the same build run once, so a launch
- * boundary (the lm head's tail, the last block's emit, the kernel's exit
- * and the next one's start with its ring empty) costs 10.3 us a step
- * (0.3%): several steps a launch would take most of it back, but the loop
- * over passes alone cost 0.2% (292.35 against 292.86-293.17 for main).
- * Built on branch wip/multi-step (8895a4e): a greedy chained step runs up
- * to 8 steps a launch (each step's embedding draws the token from the
- * step before's rank, two rank slots alternating; block 0 advances the
- * chain's metadata, which the attention then reads through L2), and the
- * engine hands out a chain's tokens one an engine step (test_engine_
- * overlap checks that on the CPU through a stand-in). Its one device
- * call (same file): one step a launch from that build 288.86 against
- * 289.84, 289.84 for main (-0.34%: the restructured kernel, 144 registers
- * against 142, costs more than a chain of 8 could take back, ~0.26%,
- * unless the chain is a kernel form of its own); the chains themselves
- * were refused by a host check that replayed graphs cannot pass. Both
- * mended on the branch (6a4635b: the chain a kernel form of its own, the
- * one-step form with main's register counts; bench/results/2026-12-02-
- * h200-chains-l2-pin.jsonl, one call, three rounds): chains of 8 293.46,
- * 293.27, 293.10 tok/s, the same build one step a launch 293.20, 293.02,
- * 292.98, main 293.18, 293.39, 293.00 (test_cuda_pstep 60/60, the greedy
- * chains included; test_cuda_model 183/183). +0.03%, inside the noise: a
- * chain's step pays back in its loop what the boundary saved, and streams
- * would come in bursts of 8 tokens. Not landed.
- * The embedding written whole by every block, which then reads its own x,
- * so that no barrier follows it: 291.89, 291.96, 291.83 against 292.35
- * (correct, test_cuda_pstep 60/60): 132 blocks writing the same 16 KB
- * cost more than the barrier. Each block, once out of the step,
- * bulk-prefetching into L2 the first 2, 4 or 6 pieces of its qkv rows,
- * which the next launch copies first (branch wip/next-step-l2), three
- * rounds' means: 289.69, 289.71, 289.52 against 289.83 for main (a slower
- * machine): no gain.
- *
- * Rejected (same file as the chains, one call): weights kept in L2 from
- * one step to the next, so that a step reads fewer bytes from HBM (branch
- * wip/l2-pin; L2 is 60 MB, of which the driver lets 37.5 be set aside for
- * persisting lines). One 32 KB piece of each block's share of the first
- * 4, 6, 8 or 10 gate/up GEMVs copied with an evict_last policy (17-43 MB)
- * and the set-aside at its most: 253.7, 253.5, 253.2, 252.7 tok/s against
- * 292.9 for the build with nothing pinned; the set-aside costs 13.6%
- * whatever is pinned (the K/V rows and activations lose that part of L2,
- * most likely). evict_last without a set-aside: 292.73, 292.88 against
- * 292.94, 292.77: no gain.
- *
- * Landed later (H200, 2026-12-02, bench/results/2026-12-02-h200-pstep-no-
- * division.jsonl, one call on a machine of the slower kind, read 4.48
- * TB/s, libraries swapped, three rounds): no integer division a piece.
- * The producer and each GEMV's consumers had computed a piece's stage
- * and parity as piece % n_stages and piece / n_stages, the consumers a
- * run's row and column as a division by the row's segments (n_stages and
- * K are run-time values: ~20 instructions each), and the producer kept
- * its holds in an array indexed by stage (local memory, a load and a
- * store between a freed stage and its refill). Now stage, parity, row and
- * column are carried from piece to piece, the holds are 10-bit fields of
- * one register (CK_PSTEP_MAX_OPS), and the stage's expect_tx is issued
- * before the wait for the copy kInFlight back (so that once that copy
- * lands only the next copy's issue is left): 292.46, 292.63, 292.51 tok/s
- * against 289.92, 289.75, 289.73 (+0.94%); the producer part alone 291.10,
- * 291.06, 290.99, the consumers' alone 291.63, 291.67, 291.62; the 32k
- * context 114.19 against 114.21 (test_cuda_pstep 60/60, test_cuda_model
- * 183/183); on a faster machine (read 4.57 TB/s, a later call) 296.60,
- * 296.61 against 292.74, 292.83, f16 295.21 against 291.16. Registers at
- * head size 128: bf16 144/144 (142 before), f16 140; no spills. A few
- * instructions a piece show: the producer reacts to a landing or a freed
- * stage within a piece's ~1 us, and the consumers race the ring at each
- * GEMV's start.
- *
- * Where a token's 4078 us go (one call, each part left out in turn, the
- * results then wrong: measurement only): the GEMVs' arithmetic 205 us,
- * their x loads and norms 228, the attention 371, the grid barriers 534;
- * with all of those out the ring alone streams the weights in 2901 us
- * (4.55 TB/s), 3264 with the barriers kept. So HBM idles whenever the
- * consumers of all blocks wait at once, which the barriers make them do:
- * the ring is what HBM needs in flight, with little to spare. (Measured
- * before the norm fold and the splits' merge above; with them 293 tok/s
- * on the faster of the machines lent, 289.7 on the slower, ~1.1% apart.)
- *
- * Each GEMV waits for its slowest block, and which blocks are slow does
- * not change: with every block's arrival at the barriers timed (one call,
- * 33024 GEMVs), the blocks on SMs 32-43, 78-87, 126 and 127 arrive ~3 us
- * before the other 108 (0.6-0.8 against ~3.6 us after the first arrival,
- * the same SMs in even and odd steps: correlation 1.000), the last 4.1 us
- * after the first on average. Giving the blocks on those SMs 8% or 15%
- * more rows than the others (one call, the SMs hard-coded, measurement
- * only) gave 249.1-250.4 tok/s against 250.3-250.7: no gain. Those
- * blocks' wait is not where the step's time goes; HBM is shared.
+ * Where a token's time goes: with each part left out in turn (measurement
+ * only), the barriers cost the most, then the attention, then the GEMVs'
+ * x loads and norms, then their arithmetic; the ring alone streams the
+ * weights at ~4.55 TB/s. HBM idles whenever the consumers of all blocks wait
+ * at once, around each barrier and most of all around the attention.
  *
  * Registers: 9 warps put 3 on some of an SM's 4 register files (16K each),
- * so a thread gets at most 168 (__launch_bounds__ gives that); a
- * __maxnreg__ of 208 or 224 made the kernel unlaunchable (ck_pstep_supported
- * now asks the occupancy API first). No kernel spills (-Xptxas -v): the
- * norm weights preloaded at a barrier took 12 bytes, a round's scores
- * together 24 more; without the preload, neither spills.
+ * so a thread gets at most 168 (__launch_bounds__ gives that); a larger
+ * __maxnreg__ makes the kernel unlaunchable (ck_pstep_supported asks the
+ * occupancy API first). No form of the kernel spills (-Xptxas -v).
  *
  * Activations written inside the kernel are read with ld.global.cg (L2): L1
  * is not coherent between SMs, and a line of an earlier layer could be in it.
+ *
+ * Every version of this kernel and every idea rejected on the way, with
+ * its figures and timelines: docs/journal/decode-step.md.
  */
 #include "backend/cuda/common.cuh"
 
@@ -674,21 +114,19 @@ static_assert(kPiece % kSeg == 0 && kSegPerPiece % kWarps == 0, "whole runs of s
 static_assert(kXBytes + kAccBytes + 5 * kPiece <= kSmemMax, "5 stages at the widest x");
 
 /* At most kInFlight of a block's copies in flight (issued, not landed); the
- * rest of the ring holds landed pieces. Why (timelines, the header's
- * "Landed later"): the barrier's arrival after a GEMV waits behind the
- * copies the producer has issued: its release fence took 2.3-3.9 us with
- * up to 6 in flight, as long with the epilogue's stores left out, and 0.4
- * after the attention, when none are. Two in flight still keep HBM busy
- * (2 measured fastest of 1, 2, 3, 4 and 6; 3 or 4 only while the
- * consumers have many pieces left, slower too: the header's "Rejected"). */
+ * rest of the ring holds landed pieces. Why: the barrier's arrival after a
+ * GEMV waits behind the copies the producer has issued (its release fence
+ * took 2.3-3.9 us with up to 6 in flight, 0.4 after the attention, when
+ * none are). Two in flight still keep HBM busy; 2 measured fastest of 1, 2,
+ * 3, 4 and 6 (docs/journal/decode-step.md). */
 constexpr int kInFlight = 2;
 
 /* The refills of the stages that a GEMV's last kHold pieces free wait for
  * the block's arrival at the barrier after it: issued earlier, they are in
  * flight while the arrival's release fence runs, and it runs longer
  * (timelines: 1.45-1.59 us a GEMV barrier, 0.96-1.45 with 3 held; 0.4 after
- * the attention, when the ring is full). 3 held ran faster than 4 and 6
- * (header, "Landed later"). */
+ * the attention, when the ring is full). 3 held ran faster than 2, 4 and 6
+ * (docs/journal/decode-step.md). */
 constexpr int kHold = 3;
 
 /* The timeline of one step (a build with -DHR_PSTEP_TIMELINE=ON only; the
@@ -838,7 +276,7 @@ __device__ void produce(const ck_pstep_op *prog, int n_op, uint8_t *ring, int n_
                   "a stage's hold in its bits");
     uint64_t hold = 0;
     /* weights are read once a step: let them leave L2 first (evict_normal
-     * measured 2% slower: the header's "Rejected") */
+     * measured 2% slower, docs/journal/decode-step.md) */
     uint64_t policy;
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
     int piece = 0, landed = 0;
@@ -922,7 +360,7 @@ __device__ __forceinline__ float consumers_sum(float v, float *scratch) {
  * chunk of kNormPer elements a thread before its stores. kFolded: every
  * norm of the step has its weight folded into the matrix after it (w is
  * all ones), so y = x * scale and w is not loaded. A kernel of its own
- * rather than a branch: a branch on w cost 0.7% (header). */
+ * rather than a branch: a branch on w cost 0.7% (docs/journal/decode-step.md). */
 constexpr int kNormPer = 8;
 
 template <class T, bool kFolded>
@@ -1084,7 +522,7 @@ __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ri
          * plain loop waits out an L2 round trip per element: the compiler
          * cannot tell the stores from the loads); the loads past K are
          * zeros, so no x register lives on into the next GEMV (0.05%
-         * faster, header) */
+         * faster, docs/journal/decode-step.md) */
         const uint4 *x4 = static_cast<const uint4 *>(op.gemv.x);
         constexpr int kXLoads = CK_PSTEP_MAX_K / 8 / kConsumers;
         uint4 xv[kXLoads];
@@ -1147,10 +585,10 @@ __device__ __forceinline__ void gemv_op(const ck_pstep_op &op, const uint8_t *ri
                  * 11008 (Llama-2-7B's down GEMV) puts such a run in nearly
                  * every piece; segment by segment (two divisions a segment,
                  * each load waited for) warp 0 took 1.77 us on such a piece
-                 * against 0.46 (timeline, 2026-12-01) */
+                 * against 0.46 (docs/journal/decode-step.md) */
                 /* loads at a time: 4 or 8 spill (168 registers); all 8 with the
                  * next row summed apart fit now that no x register is carried
-                 * between GEMVs, and ran 0.3% slower (the header's "Rejected") */
+                 * between GEMVs, and ran 0.3% slower (docs/journal/decode-step.md) */
                 constexpr int kGroup = 2;
                 const int split = seg_per_row - col, n = min(kSegPerWarp, n_seg - s0);
                 start_row(row, cur, part, my_acc, lane);
@@ -1258,8 +696,8 @@ template <class T, bool kFolded> __device__ void norm_op(const ck_pstep_op &op, 
 }
 
 /* keys a warp has in flight a round, K and V kept as loaded (16-bit)
- * until used: 8 (4, 12 and, at head size 64, 16 measured slower: the
- * header's "Landed later") */
+ * until used: 8 (4, 12 and, at head size 64, 16 measured slower:
+ * docs/journal/decode-step.md) */
 constexpr int kAttKeys = 8;
 
 /* RoPE at pos on a row spread over a warp (lane: elements lane EPL ..
@@ -1291,8 +729,7 @@ __device__ __forceinline__ void rope_row(float x[EPL], const float sn[EPL], cons
 
 /* A head's positions 0 .. ctx - 1 in splits: about one (head, split) item a
  * block, at least 32 keys a split (fewer splits, each walked in more
- * rounds, measured slower: 14.4 against 10.0 us a layer at 128..256
- * positions with two rounds of 8 keys a warp, H200, 2026-11-30) */
+ * rounds, measured slower: docs/journal/decode-step.md) */
 struct attn_splits {
     int n, len;
 };
@@ -1344,7 +781,7 @@ template <int Dh> __device__ void attn_prefetch(const ck_pstep_op &op) {
  * each until it is, and clears it for the next layer. Why not a counter
  * that the last split to arrive learns it is last from (the form before):
  * its atomic's release waits for the block's weight copies in flight, and
- * the merger's loads took one L2 round trip more (header, "Landed later").
+ * the merger's loads took one L2 round trip more (docs/journal/decode-step.md).
  * Every split has a block of its own (n_split >= 2 only when H * n_split
  * <= the grid, all resident), so the merger's wait ends.
  * Words of a split: (M, L), then (O[d], L) for d < Dh. */
@@ -1709,7 +1146,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             /* while thread 0 waits for the other blocks, warps 1..7 issue
              * the K/V prefetch of the attention after this GEMV (it needs
              * no activation of the op before). The norm's weights are
-             * loaded after the wait, beside x (header, "Landed later") */
+             * loaded after the wait, beside x (docs/journal/decode-step.md) */
             if (i + 1 < n_op && prog[i + 1].kind == CKP_ATTN)
                 attn_prefetch<32 * EPL>(prog[i + 1]);
             grid_wait(before());
@@ -1738,8 +1175,16 @@ __global__ void __launch_bounds__(kThreads, 1)
             __threadfence();
             auto *rank = reinterpret_cast<unsigned long long *>(sync + 2);
             const unsigned long long key = atomicExch(rank, 0ull);
+            /* the best logit not finite (every logit NaN, as a NaN anywhere
+             * in the hidden state makes them, or +inf): -1, the engine's
+             * "the arithmetic broke"; NaN beside finite logits ranks last
+             * and goes unseen here */
+            const uint32_t best = (uint32_t)(key >> 32);
+            const bool finite =
+                best > ck_logit_ord(-INFINITY) && best < ck_logit_ord(INFINITY);
             if (tokens)
-                ck_chain_emit(tokens, ck_logit_key_id(key), chain, chain.tok ? *chain.count : 0);
+                ck_chain_emit(tokens, finite ? ck_logit_key_id(key) : -1, chain,
+                              chain.tok ? *chain.count : 0);
             sync[0] = 0;
             sync[1] = 0;
         }

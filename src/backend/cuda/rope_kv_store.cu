@@ -16,20 +16,13 @@
  * whose v it stores too): the sine and cosine are computed once per (row,
  * pair), not per head, and index arithmetic is 32-bit inside the row.
  * Blocks split a row's heads only when rows are too few to fill the GPU
- * (decode). H200, Llama-2-7B, 2026-11-30: as two kernels, a thread per
- * (row, head, pair) and one per element with 64-bit division, rope and the
- * store took 19 + 20 us a layer at 512 rows; the per-pair rope alone 14;
- * the fused kernel 19.9, and 15.8 with four heads' loads issued before any
- * store (ROPE_ILP), f32 qkv. A thread now takes P pairs (4 when the head
- * size allows) with 8- or 16-byte loads and stores instead of 2-byte ones;
- * not timed on its own: whole prefills of 512 ran 46.8-47.1k tok/s after,
- * 46.3-46.7k before, those of 2048 43.4-45.2k after, 44.3-45.8k before,
- * within the spread between device calls (H200, 2026-11-30). At P = 4 the
- * four heads a round held ~128 registers, 2 blocks an SM; two heads a round
- * under a 4-block bound (64 registers) took a 2048-row step of Llama-2-7B
- * from 50.9 to 37.9 us (ILP / blocks an SM: 4 / 2 50.9, 2 / 3 42.3, 4 / 3
- * with spills 45.9; P = 2, 4 / 4 54.3; HEADROOM_CUDA_PROFILE, one device
- * call, H200, 2026-11-30).
+ * (decode). One fused kernel replaces rope and the store as two (19 + 20
+ * us a layer at 512 rows of Llama-2-7B on the H200, 15.8 fused); a thread
+ * takes P pairs (4 when the head size allows) with 8- or 16-byte loads and
+ * stores, and ROPE_ILP heads' loads are issued before any store. Two heads
+ * a round under a 4-block bound (64 registers) beat four heads at 2 blocks
+ * an SM: a 2048-row step 37.9 against 50.9 us. Figures:
+ * docs/journal/prefill.md.
  */
 #include "backend/cuda/common.cuh"
 
@@ -72,10 +65,15 @@ __device__ __forceinline__ void store_pairs(T *x, int t, int half, const float y
 
 /* ILP heads per round of loads. At P = 4 a round of 4 heads held ~128
  * registers (2 blocks an SM); 2 heads in at most 64 registers give 4 (the
- * gptj pairing needs a few more: 3 blocks, 80 registers, without spills) */
+ * gptj pairing needs a few more: 3 blocks, 80 registers, without spills;
+ * so does NEOX in code for sm_8x, which spilled 28-32 bytes at 64) */
 template <int P, bool NEOX> struct rope_cfg {
     static constexpr int ilp = P == 4 ? 2 : 4;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    static constexpr int min_blocks = P == 4 ? 3 : 1;
+#else
     static constexpr int min_blocks = P == 4 ? (NEOX ? 4 : 3) : 1;
+#endif
 };
 
 template <typename T, int P, bool NEOX>

@@ -9,8 +9,9 @@
  * prefix of that ranking, so the kept set is {key >= theta} (and the min-p
  * test). Ranking uses the raw logit l, not l / T: the same order, except
  * where the division rounds two different logits to one value. Greedy
- * (T <= 0, or top_k == 1) is the argmax, lowest id on ties. NaN logits count
- * as -inf; a +/-inf maximum returns the argmax.
+ * (T <= 0, or top_k == 1) is the argmax, lowest id on ties. A row holding NaN
+ * or +inf, or no finite logit, gives -1: the engine fails that request (its
+ * arithmetic broke); -inf alone is a mask.
  *
  * Mass. p_i ~ m_i = (u64)(2^(40 - x_i)), x_i = (l_max - l_i) log2(e) / T,
  * exact integer sums in any order, so a (seed, step) reproduces its token
@@ -31,14 +32,10 @@
  * Cost (passes over the row; each pass ~ V / 1024 elements per thread, from
  * L1 at V = 32000, from L2 at 128256): greedy 1; temperature only 2; top-k or
  * top-p 3 when the prefix fits 2048 tokens, else 4; top-k and top-p 3..6.
- * Measured (H200, 2026-12-01, gemv_sample_check's timing: one launch with
- * one row, median of 100, us): V = 32000 greedy 12.2, temperature 19.4,
- * top-k 40 30.1, top-p 0.9 44.7, min-p 0.05 20.5; V = 128256 24.9, 47.4,
- * 86.2, 141.1, 52.0. A first pass loading 16 elements a thread before using
- * any, the other passes 8 (branch wip/sampler-batch, same call): greedy
- * 10.6 and 20.6, but top-k 40 31.9 and top-k 5000 38.8 (35.9), and decode
- * no faster (283.0, 281.8, 283.0 against 283.1, 281.8, 282.0 tok/s): not
- * merged.
+ * One launch for one row takes 12-45 us at V = 32000 and 25-141 us at
+ * 128256 on the H200, greedy the least, top-p the most
+ * (tests/cuda/gemv_sample_check.cu; figures and a batched-load variant
+ * that was not merged: docs/journal/host.md).
  * Rejected: bisection on the threshold value (32+ passes), radix select on
  * raw float bits (logits pile into a few exponent buckets and serialise the
  * shared atomics), a full sort (V log V).
@@ -198,12 +195,13 @@ __device__ __forceinline__ void warp_extremes(float &mx, int &ix, float &mn) {
 
 /* Pass 1: max logit (lowest id on ties) and min logit of the row. */
 __device__ void row_extremes(Smem &sm, const float *l, int V, float &lmax, float &lmin,
-                             int &amax) {
+                             int &amax, bool &broken) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float mx = -INFINITY, mn = INFINITY;
-    int ix = 0x7fffffff;
+    int ix = 0x7fffffff, bad = 0;
     for (int i = threadIdx.x; i < V; i += kThreads) {
-        const float v = ck_logit_canon(l[i]);
+        const float raw = l[i], v = ck_logit_canon(raw);
+        bad |= raw != raw || raw == INFINITY;
         if (v > mx || (v == mx && i < ix)) {
             mx = v;
             ix = i;
@@ -211,7 +209,7 @@ __device__ void row_extremes(Smem &sm, const float *l, int V, float &lmax, float
         mn = fminf(mn, v);
     }
     warp_extremes(mx, ix, mn);
-    __syncthreads();
+    broken = __syncthreads_or(bad) != 0;
     if (lane == 0) {
         sm.red_f[warp] = mx;
         sm.red_g[warp] = mn;
@@ -617,7 +615,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     r.l = logits + (int64_t)blockIdx.x * ld;
     r.V = V;
     float lmin;
-    row_extremes(sm, r.l, V, r.lmax, lmin, r.amax);
+    bool broken;
+    row_extremes(sm, r.l, V, r.lmax, lmin, r.amax, broken);
+    /* a NaN or +inf logit, or no finite one (every token masked to -inf):
+     * the arithmetic broke, and -1 tells the engine so (it fails the
+     * request, naming the position); -inf alone is a mask, not an error */
+    if (broken || r.lmax == -INFINITY) {
+        if (threadIdx.x == 0)
+            emit(tokens, -1, ch, count);
+        return;
+    }
     /* NaN temperature is greedy too */
     if (!(p.temperature > 0.0f) || p.top_k == 1 || !isfinite(r.lmax)) {
         if (threadIdx.x == 0)
