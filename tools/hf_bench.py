@@ -53,11 +53,8 @@ def run(shape, attn, prompt, gen, compile_):
     with torch.no_grad():
         # warm up with exactly the timed calls: whatever is set up per shape
         # (compilation; attention kernels chosen per sequence length) then
-        # stays out of the timing. On 2026-11-30 a 16-token warm-up left the
-        # recompilation inside it (compiled: 7 tok/s, 653 ms to the first
-        # token), and the sdpa rows measured after it (2026-11-29 to 12-01:
-        # 10.7-13.4 tok/s, 726-912 ms to the first token) were far below
-        # eager; with this warm-up sdpa ran 37.6 tok/s, 24.9 ms (2026-12-02)
+        # stays out of the timing (a 16-token warm-up left it inside: sdpa
+        # measured 2-3x slower than eager; docs/journal/comparisons.md)
         for n_new in (1, gen, 1, gen) if compile_ else (1, gen):
             model.generate(ids, max_new_tokens=n_new, min_new_tokens=n_new, **kw)
         torch.cuda.synchronize()

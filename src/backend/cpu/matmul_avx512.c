@@ -21,13 +21,9 @@
  *                  end: per-row overhead); EXACT quantized 10-19 GB/s
  *                  (conversion-bound, as expected of the reference path).
  *   prefill B=512: EXACT ~200 GFLOP/s (86% of FMA peak), FAST 390-580 GOP/s.
- * History (one thread, Q4_0 FAST from L2, K=2048): first version (16 block
- * scales by vpgatherdd: 40% of the time) 21 GB/s; scales packed by scalar
- * loads 23; nibbles from two 64-byte loads + one dword permute instead of
- * four 16-byte inserts 25; scales by two word permutes 29. Two weight rows
- * interleaved (to share per-row work) gained 5% from L2 but lost 60% from
- * DRAM (the prefetcher lost the stream): rejected. K-quants: scales
- * shuffled into lane order in registers instead of via memory, 19 -> 22.
+ * How the FAST decode kernel got there (scale gathers replaced by permutes,
+ * wider nibble loads; interleaved weight rows rejected: they lost the
+ * prefetcher's stream from DRAM): docs/journal/cpu.md.
  *
  * Shape legend: B activation rows, K inner dimension, N weight rows;
  * nw/nx = weight/activation rows in a register tile.
@@ -417,16 +413,11 @@ AI void gemv_tile(hr_dtype dt, int nw, int nx, const uint8_t *w, size_t wrb, con
 /* Float weights, one activation row: dot(W_row, x) with two accumulators
  * (elements 32j..32j+15 and 32j+16..32j+31). Rows are taken one after
  * another, so a thread reads its chunk of the matrix as one sequential
- * stream. Measured against tiles of 8 interleaved rows (which read x once
- * per eight rows, and won in an isolated benchmark), in the whole model on
- * this 2-core Zen 4 VM, interleaved runs, 2026-11-29: TinyLlama F16 decode
- * 16.9 vs 15.4 tok/s, BF16 21.4 vs 16.7, the embedded model 5105 vs 4536:
- * one stream per thread lets the prefetchers run ahead when the memory is
- * fast, eight streams 4 KB apart do not. Also slower, interleaved runs
- * 2026-11-30 (TinyLlama F16 decode, tok/s, this kernel first): four
- * accumulators over 64 elements a step (21.3-21.8 vs 18.4-18.7 when the
- * VM's memory was fast, 15.6 vs 14.4-14.7 when slow), and a prefetchnta
- * 2 KB ahead (20.3-21.9 vs 18.0-21.0). */
+ * stream: one stream per thread lets the prefetchers run ahead when the
+ * memory is fast, where eight interleaved rows (which read x once per eight
+ * rows, and won in an isolated benchmark) lost in the whole model. Four
+ * accumulators and a software prefetch were slower too
+ * (docs/journal/cpu.md). */
 AI float gemv_row_b1(hr_dtype dt, const uint8_t *w, const float *x, int64_t K) {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     const int64_t n32 = K / 32;

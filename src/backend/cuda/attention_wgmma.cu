@@ -31,18 +31,15 @@
  * done here). Rows past the tile's end use position 0 (key 0 only) and are
  * not stored.
  *
- * Measured (H200, 2026-11-30, tests/cuda/attention_check.cu, one layer of
- * Llama-2-7B, causal TFLOP/s): 2048 rows 106.2 us (324) against 161.0 (213)
- * for the mma.sync wide kernel and 186.4 for the narrow one; 4096 rows
- * 350.8 (392) against 541.4; 2048 rows after 6144 559.9 (430) against
- * 878.5; 1024 rows 37.3 against 61.2 (narrow); 512 rows 19.4 against 28.6
- * (narrow); 128 rows 11.4 against 11.1 (narrow). So the backend takes wide
- * tiles at every length where this kernel runs (ck_attention_tile_rows).
- * With one producer warp, which looked up each chunk's pages just before
- * issuing its copies, 2048 rows took 172.9 us: the copies, not the MMAs,
- * were the limit. Rejected: leaving a chunk's P V in flight while the next
- * chunk's Q K^T is issued (its stage released after the next wait): 129.3
- * us at 2048 rows against 106.1, 440.8 against 350.3 at 4096 (same call).
+ * One layer of Llama-2-7B at 2048 rows takes 106 us (324 causal TFLOP/s)
+ * against 161 for the mma.sync wide kernel, and it is faster at every
+ * length from 512 rows up, so the backend takes wide tiles at every length
+ * where this kernel runs (ck_attention_tile_rows). The producer is a whole
+ * warpgroup that looks up the next chunk's pages while it issues this
+ * one's copies: with one producer warp doing both in turn, the copies, not
+ * the MMAs, were the limit. Rejected: leaving a chunk's P V in flight while
+ * the next chunk's Q K^T is issued (slower). Figures, and the two wgmma
+ * designs that lost to mma.sync before this one: docs/journal/attention.md.
  */
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"

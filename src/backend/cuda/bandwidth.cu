@@ -2,9 +2,9 @@
  * bandwidth.cu — how fast this GPU streams reads from its memory: the bound
  * of a decode step, which reads every weight once and writes next to
  * nothing. The copy bandwidth (cudaMemcpy device to device, a read and a
- * write a byte) is what the issue's bound names, but the H200s lent differ
- * in the two apart: the ones that decode 1.5% faster copied 0.6% slower
- * (README, 2026-12-02).
+ * write a byte) is the usual bound, but GPUs of the same model differ in
+ * the two apart: H200s that decode 1.5% faster copied 0.6% slower
+ * (docs/journal/machines.md).
  *
  * A grid-stride loop of 16-byte streaming loads (ld.global.cs: the lines
  * are not kept), 8 in flight a thread, folded into one word that is stored

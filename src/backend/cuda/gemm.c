@@ -9,22 +9,14 @@
  * heuristic's choice for each shape is cached with its descriptors: the
  * first step of a shape pays for the query, and a decode step captured in a
  * CUDA graph makes no host-side cuBLAS decision at replay.
- * Rejected: timing the heuristic's top 8 on the first product of a shape
- * and keeping the fastest (H200, 2026-11-29): prefill of 2048 rows +2%
- * (within run-to-run noise), 64-sequence decode -8% (the repeated runs
- * found the weights in L2, which favours the wrong algorithm for skinny
- * products that stream them from HBM); and again for products of 256 rows
- * or more only, once per (weight shape, power-of-two row bucket) (H200,
- * 2026-11-30, Llama-2-7B prefill, tok/s, timed vs heuristic: 512 rows
- * 43.2k / 44.2k / 44.1k vs 45.0k / 44.5k, 2048 rows 41.7k vs 42.6k / 40.8k):
- * the heuristic's first pick is as fast as any of its top 8.
- * Rejected too: a tensor-core kernel of our own for steps of 9..64 rows
- * (mma.sync m16n8k16 with W as the A operand, 16 weight rows per warp, K
- * split across a thread block cluster and the partials added through
- * distributed shared memory). cuBLASLt already streams the weights of those
- * skinny products at 2.5-3.8 TB/s (tests/cuda/gemv_sample_check.cu); the
- * kernel reached 0.8-2.7 TB/s, bounded by its reads of x through L1, and
- * 64-sequence decode fell from 6922 to 3999 tok/s (H200, 2026-11-30).
+ * Rejected (figures in docs/journal/gemv.md): timing the heuristic's top 8
+ * on the first product of a shape and keeping the fastest (the timed runs
+ * find the weights in L2, which favours the wrong algorithm for skinny
+ * products that stream them from HBM; for 256 rows or more the heuristic's
+ * first pick was as fast as any of its top 8); a tensor-core kernel of our
+ * own for steps of 9..64 rows (cuBLASLt streams those skinny products at
+ * 2.5-3.8 TB/s; the kernel, bounded by its reads of x through L1, at
+ * 0.8-2.7).
  */
 #include "backend/cuda/cuda_gemm.h"
 

@@ -21,55 +21,27 @@
  * depend on no kernel, so their first bytes arrive during the previous
  * kernel's tail.
  *
- * Rejected: staging x in shared memory (n K f32 reaches 352 KB at n = 8,
- * K = 11008, beyond the 48 KB a launch gets without an attribute call that
- * graph capture may not allow); split-K across warps (a second reduction and
- * a barrier per row for nothing at these sizes); one launch per activation
- * row (reads W n times); a block-contiguous order (a block owns 16 rows and
- * its 8 warps walk that one stretch in 512-byte pieces, 4 KB of consecutive
- * addresses at a time instead of 16 row streams): slower at every shape on
- * the H200 (2026-11-29, single launch, n = 1: 4096x4096 2.15 vs 2.45 TB/s,
- * 11008x4096 2.82 vs 3.52, 4096x11008 2.82 vs 3.31), so DRAM locality is
- * not what holds the row-per-warp order at ~3.5 TB/s; nor is a lack of bytes
- * in flight: the same order with each lane's chunks landing in a private
- * ring of S shared-memory stages by cp.async (no register cost, output
- * bit-identical) measured, single launch, n = 1, TB/s (prod / S=4 / S=8 /
- * S=12): 4096x4096 2.42 / 2.47 / 2.32 / 2.20, 11008x4096 3.50 / 3.57 /
- * 2.92 / 2.80, 4096x11008 3.30 / 3.07 / 2.97 / 2.85, 32000x4096 3.73 /
- * 4.00 / 3.84 / 3.76 — deeper rings are slower everywhere, and S=4 wins
- * only on the tall shapes (H200, 2026-11-29). Nor by bulk copies (TMA): a
- * producer warp feeding 8 consumer warps a ring of 8-row stages in shared
- * memory, one block per SM (2026-11-30, commits f3e2cc0, 17fb0b6, eb32fd9): back
- * to back it streamed the tall shapes faster (n = 1, TB/s, this kernel /
- * TMA: 22016x4096 3.76 / 4.03-4.12, 32000x4096 3.86 / 4.15), the others
- * slower (4096x4096 3.03 / 2.63, 4096x11008 3.57 / 2.84-3.31), and the
- * decode step with it was slower whatever the shapes it took: 211-216
- * tok/s for all of them, 232-232.4 for the tall ones only, against 233.2-
- * 234.5 (Llama-2-7B, batch 1). Not measured, the likely cause: a fixed
- * split of the rows over the SMs turns any SM's late start into the
- * kernel's tail, where this grid's blocks go to whichever SM is free.
- *
- * Nor by asking L2 ahead for the next weight's first bytes while the small
- * kernels between two GEMVs leave HBM idle (a kernel of one warp per SM
- * handing slices to cp.async.bulk.prefetch.L2 right after each GEMV; 2026-
- * 11-30, batch-1 decode, tok/s, MB asked per weight: 0 233.0-233.7, 8
- * 225.4, 16 218.1, 32 202.6, 64 186.7). Not measured, the likely cause:
- * the prefetched lines leave L2 before the GEMV reaches them, so those
- * bytes cross HBM twice. Nor by split-K for the short weights (KS warps
- * per row pair, partial sums added in shared memory; 2026-11-30, n = 1,
- * us single / back to back, KS = 1 / 2 / 4: 4096x4096 13.70 / 10.96, 13.66
- * / 12.14, 15.04 / 12.22; 4096x11008 27.2 / 24.9, 25.4 / 26.7, 28.4 /
- * 25.7): more warps in flight do not shorten a launch whose cost is its
- * ramp and drain.
+ * Rejected (each with its figures in docs/journal/gemv.md): x staged in
+ * shared memory (n K f32 reaches 352 KB at n = 8, K = 11008, beyond the
+ * 48 KB a launch gets without an attribute call that graph capture may not
+ * allow); split-K across warps, for any weight (a second reduction and a
+ * barrier per row; more warps in flight do not shorten a launch whose cost
+ * is its ramp and drain); one launch per activation row (reads W n times);
+ * a block-contiguous order (slower at every shape: DRAM locality is not
+ * what holds this kernel at ~3.5 TB/s); more bytes in flight through
+ * cp.async rings in shared memory (deeper rings slower everywhere); a TMA
+ * producer warp feeding consumer warps (tall shapes faster, the decode step
+ * slower: a fixed split of rows over the SMs turns any SM's late start into
+ * the kernel's tail); asking L2 ahead for the next weight's first bytes
+ * between GEMVs (slower: the lines most likely leave L2 before use).
  *
  * The aligned path needs K % 8 == 0, W, x 16-byte aligned and ldx % 8 == 0;
  * otherwise the same kernel runs with 2-byte loads (slow, but correct for any
  * K and alignment). n > 8 is split into launches of 8 rows.
  *
- * History: v1, (RPW, U) = (2, 2) for every n; v2 (this) adds the L2
- * prefetch before pdl_wait. tests/cuda/gemv_sample_check.cu times the
- * variants on the device (H200 targets: 4.3 TB/s copy, 4.57 TB/s streaming
- * read; 2 rows x 2 loads: 2.45-3.75 TB/s single launch, by shape).
+ * tests/cuda/gemv_sample_check.cu times the variants on the device (2 rows
+ * x 2 loads: 2.45-3.75 TB/s in a single launch on the H200, by shape,
+ * against its 4.57 TB/s streaming read).
  */
 #include "backend/cuda/common.cuh"
 
@@ -273,11 +245,9 @@ void gemv_launch_cfg(cudaStream_t s, const GemvArgs &a) {
               a.ldy, a.x, a.ldx, a.W, a.bias, a.N, a.K);
 }
 
-/* Production choice: 2 rows per warp, 2 chunks per row in flight. Measured
- * on the H200 (2026-11-29, tests/cuda/gemv_sample_check.cu sweep, n = 1,
- * single launch): 11008x4096 3.45 TB/s (U=4: 3.05), 4096x11008 3.22 (U=4:
- * 2.91), 32000x4096 3.80 (U=4: 3.79): fewer loads in flight per lane but
- * more warps resident wins at every shape. */
+/* Production choice: 2 rows per warp, 2 chunks per row in flight: fewer
+ * loads in flight per lane but more warps resident won at every shape of
+ * the gemv_sample_check sweep (figures: docs/journal/gemv.md). */
 template <class T, int NX, bool VEC>
 void gemv_launch_n(cudaStream_t s, const GemvArgs &a) {
     gemv_launch_cfg<T, NX, 2, 2, VEC>(s, a);
