@@ -29,7 +29,7 @@
 #define HR_BACKEND_BACKEND_H
 
 #include "headroom.h"
-#include "model/model.h"
+#include "model/tensor.h" /* model_tensor, rope_style: the weights as the file holds them */
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -100,7 +100,7 @@ void hr_engine_free(hr_engine *e) {
     hr_free(e);
 }
 
-hr_status pick_device(const hr_engine_params *p, hr_device *out, hr_error *err) {
+static hr_status pick_device(const hr_engine_params *p, hr_device *out, hr_error *err) {
     hr_device d = p->device;
     if (d == HR_DEVICE_AUTO)
         d = engine_cuda_available() ? HR_DEVICE_CUDA : HR_DEVICE_CPU;

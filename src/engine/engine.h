@@ -86,7 +86,6 @@ double engine_now_ms(void);
  * need_device false lets a plan name cuda on a machine without a GPU. */
 hr_status engine_resolve(const hr_model *m, const hr_engine_params *params, bool need_device,
                          hr_engine_params *out, hr_error *err);
-hr_status pick_device(const hr_engine_params *p, hr_device *out, hr_error *err);
 /* The backend configuration of resolved parameters (n_ctx > 0): what both
  * hr_engine_create and the planner use. */
 void engine_config(const hr_model *m, const hr_engine_params *p, be_config *cfg, be_params *bp);

@@ -28,7 +28,7 @@
  */
 #include "model/llama.h"
 
-#include "memory/sizes.h"
+#include "backend/sizes.h"
 #include "util/alloc.h"
 
 #include <string.h>
@@ -64,7 +64,7 @@ void llama_free(llama *lm) {
 }
 
 /* ---- what the forward pass needs from a backend, listed once: llama_create
- * allocates these, llama_plan adds up their sizes (memory/sizes.h) */
+ * allocates these, llama_plan adds up their sizes (backend/sizes.h) */
 
 typedef struct {
     const model_tensor *parts[3];

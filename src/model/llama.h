@@ -5,7 +5,7 @@
 #define HR_MODEL_LLAMA_H
 
 #include "backend/backend.h"
-#include "memory/sizes.h"
+#include "backend/sizes.h"
 #include "model/model.h"
 
 typedef struct llama llama;
@@ -22,7 +22,7 @@ uint64_t llama_weight_copy_bytes(const hr_model *m);
 
 /* The bytes llama_create would have the backend allocate, by part
  * (weights, kv, activations, workspace), without allocating anything: the
- * same list of weights and tensors, sized by memory/sizes.h. m may be a
+ * same list of weights and tensors, sized by backend/sizes.h. m may be a
  * shapes-only model (vocab_only synthetic, or tensors without data). */
 void llama_plan(const hr_model *m, sizes_device d, const be_params *bp, const be_config *cfg,
                 be_memory *out);

@@ -10,9 +10,10 @@
  */
 #include "backend/cpu/cpu_backend.h"
 
-#include "memory/sizes.h"
+#include "backend/sizes.h"
 #include "quant/quant.h"
 #include "util/alloc.h"
+#include "util/dtype.h"
 #include "util/file.h"
 #include "util/fp16.h"
 

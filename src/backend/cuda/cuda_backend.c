@@ -20,7 +20,7 @@
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_profile.h"
 #include "backend/cuda/kernels.h"
-#include "memory/sizes.h"
+#include "backend/sizes.h"
 #include "quant/quant.h"
 #include "util/alloc.h"
 #include "util/fp16.h"
@@ -53,9 +53,9 @@
  * docs/journal/attention.md. */
 #define DEC_FILL_BLOCKS 2048
 
-_Static_assert(CK_PSTEP_SYNC == SIZES_CUDA_PSTEP_SYNC, "memory/sizes.h");
+_Static_assert(CK_PSTEP_SYNC == SIZES_CUDA_PSTEP_SYNC, "backend/sizes.h");
 _Static_assert(sizeof(ck_pstep_op) <= SIZES_CUDA_PSTEP_OP && CK_PSTEP_ROWS == SIZES_CUDA_PSTEP_ROWS,
-               "memory/sizes.h must know the persistent step's op size and rows");
+               "backend/sizes.h must know the persistent step's op size and rows");
 
 typedef enum { MEM_WEIGHTS, MEM_KV, MEM_ACT, MEM_WORK, MEM_PARTS } mem_part;
 
@@ -284,7 +284,7 @@ hr_status cuda_bandwidth(double *copy_bytes_per_s, double *read_bytes_per_s, hr_
 /* ---------------------------------------------------------------- memory */
 
 /* Device memory: from the arena the engine planned (256-byte aligned
- * pieces, sizes from memory/sizes.h), or cudaMalloc per piece when the
+ * pieces, sizes from backend/sizes.h), or cudaMalloc per piece when the
  * backend was created without a plan (tests). Running past the arena means
  * the plan and the code disagree: refused, never extended. */
 static hr_status dev_alloc(cuda_backend *c, size_t n_bytes, mem_part part, const char *what,
@@ -644,7 +644,7 @@ static bool pstep_eligible(const cuda_backend *c, const hr_model_info *in) {
     return ck_pstep_supported(c->dt, in->head_dim, (int)pstep_widest_k(in));
 }
 
-/* The program buffers (memory/sizes.c counts them whether used or not) and
+/* The program buffers (backend/sizes.c counts them whether used or not) and
  * the kernel's counters and its attention splits' partials, zeroed (the
  * kernel leaves them zero). */
 static hr_status pstep_alloc(cuda_backend *c, hr_error *err) {
@@ -695,7 +695,7 @@ static hr_status cuda_kv_alloc(hr_backend *b, const be_config *cfg, hr_error *er
      * scores when it can run (--attn naive, or a head size the flash kernels
      * lack); a decode row is one sequence's single-token segment, so at most
      * n_seq_max of them. The kernel spreads each row's context over the
-     * splits at run time (memory/sizes.c chooses their number). */
+     * splits at run time (backend/sizes.c chooses their number). */
     c->n_splits = sizes_cuda_splits(in, cfg);
     int64_t att = ck_attention_work_floats(cfg->n_seq_max, in->n_head, in->head_dim,
                                            c->n_splits, 0);

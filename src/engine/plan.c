@@ -7,13 +7,13 @@
  * Exactness comes from not computing anything twice: the engine's own
  * configuration function (engine_config), the forward pass's own list of
  * weights and tensors (llama_plan) and the backends' own size functions
- * (memory/sizes.h) give the bytes. Only the runtime's overhead (the CUDA
+ * (backend/sizes.h) give the bytes. Only the runtime's overhead (the CUDA
  * context, cuBLASLt) and the captured graphs are figures measured on the
  * device and documented in sizes.h. Every part grows with the context and
  * with the number of sequences, so the searches are bisections.
  */
+#include "backend/sizes.h"
 #include "engine/engine.h"
-#include "memory/sizes.h"
 #include "model/llama.h"
 #include "util/alloc.h"
 

@@ -4,7 +4,7 @@
  * (attention.cu, sample.cu); they live here so that a machine without CUDA
  * can still plan for a GPU.
  */
-#include "memory/sizes.h"
+#include "backend/sizes.h"
 
 #include "backend/cpu/matmul.h"
 #include "util/dtype.h"
