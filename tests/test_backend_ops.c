@@ -243,7 +243,7 @@ static void check_decode_step(const shape *sh, side *C, side *G, const int32_t *
     add_segment(&dec, bt, max_blocks, BS, 1, 201, 1, true);
     dec.step.tokens = dec.tokens, dec.step.pos = dec.pos, dec.step.slot = dec.slot;
     dec.step.segs = dec.segs, dec.step.out_rows = dec.out;
-    const int64_t before = engine_cuda_pstep_steps(G->b);
+    const int64_t before = backend_device(HR_DEVICE_CUDA)->fused_steps(G->b);
     side *sides[2] = {C, G};
     for (int i = 0; i < 2; i++) {
         side *s = sides[i];
@@ -283,8 +283,8 @@ static void check_decode_step(const shape *sh, side *C, side *G, const int32_t *
     compare(nm[4], sh, C, G, &C->logits, &G->logits, 1, 3e-2, 3e-2, 1e-3);
     const bool takes = sh->D % 256 == 0 && (sh->H * sh->Dh) % 256 == 0 && sh->F % 256 == 0 &&
                        (sh->Dh == 64 || sh->Dh == 128) &&
-                       strcmp(engine_cuda_path(), "hopper") == 0;
-    const int64_t ran = engine_cuda_pstep_steps(G->b) - before;
+                       strcmp(backend_device(HR_DEVICE_CUDA)->path(), "hopper") == 0;
+    const int64_t ran = backend_device(HR_DEVICE_CUDA)->fused_steps(G->b) - before;
     printf("%-12s %-26s %s\n", nm[5], sh->name, ran ? "one persistent kernel" : "op by op");
     CHECK_MSG(ran == (takes ? 1 : 0), "%s: %lld persistent steps, %d expected", sh->name,
               (long long)ran, takes ? 1 : 0);
@@ -335,7 +335,7 @@ static void run_shape(const shape *sh, attn_mode mode) {
     be_params gp = {.compute = ck, .attn_naive = naive, .no_graphs = true};
     hr_backend *cb = NULL, *gb = NULL;
     CHECK_OK(backend_cpu_create(&in, &cp, &cb, &err), &err);
-    CHECK_OK(engine_cuda_backend_create(&in, &gp, &gb, &err), &err);
+    CHECK_OK(backend_device(HR_DEVICE_CUDA)->create(&in, &gp, &gb, &err), &err);
     side C = {0}, G = {0};
     if (!cb || !gb ||
         !setup_side(&C, cb, qkv_parts, qkv_bias, &o, gu_parts, &down, &emb, &norm, &cfg, sh) ||
@@ -517,8 +517,8 @@ done:
 }
 
 int main(void) {
-    if (!engine_cuda_available())
-        TEST_SKIP("no CUDA device (%s)", engine_cuda_why_not());
+    if (!backend_device(HR_DEVICE_CUDA)->available())
+        TEST_SKIP("no CUDA device (%s)", backend_device(HR_DEVICE_CUDA)->why_not());
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         run_shape(&shapes[i], ATTN_FLASH);
         setenv("HEADROOM_CUDA_DEC_FILL", "1", 1);

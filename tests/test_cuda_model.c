@@ -400,8 +400,8 @@ static void check_overlap(const hr_model *m) {
 }
 
 int main(void) {
-    if (!engine_cuda_available())
-        TEST_SKIP("no CUDA device (%s)", engine_cuda_why_not());
+    if (!backend_device(HR_DEVICE_CUDA)->available())
+        TEST_SKIP("no CUDA device (%s)", backend_device(HR_DEVICE_CUDA)->why_not());
     /* the bench's bounds: an H200 copies at ~4.25 TB/s (read + written) */
     hr_bandwidth bw = {0.0, 0.0};
     hr_error err;

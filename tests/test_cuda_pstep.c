@@ -145,8 +145,8 @@ static void compare(const char *shape, hr_dtype dt, int32_t n_new) {
         compared++;
         expect_ps += n_prompt + t - 1 < CUDA_PSTEP_MAX_CTX; /* the position this step fed */
     }
-    const int64_t steps_ps = engine_cuda_pstep_steps(ps->be),
-                  steps_ref = engine_cuda_pstep_steps(ref->be);
+    const int64_t steps_ps = backend_device(HR_DEVICE_CUDA)->fused_steps(ps->be),
+                  steps_ref = backend_device(HR_DEVICE_CUDA)->fused_steps(ref->be);
     printf("%s %s: %d decode steps compared, max |a-b| %.4g, worst NMSE %.3g, margin %.4g; "
            "persistent steps %lld (reference engine %lld)\n",
            shape, hr_dtype_name(dt), compared, worst_diff, worst_nmse, -worst_excess,
@@ -175,11 +175,11 @@ static void compare(const char *shape, hr_dtype dt, int32_t n_new) {
 }
 
 int main(void) {
-    if (!engine_cuda_available())
-        TEST_SKIP("no CUDA device (%s)", engine_cuda_why_not());
-    if (strcmp(engine_cuda_path(), "hopper") != 0)
+    if (!backend_device(HR_DEVICE_CUDA)->available())
+        TEST_SKIP("no CUDA device (%s)", backend_device(HR_DEVICE_CUDA)->why_not());
+    if (strcmp(backend_device(HR_DEVICE_CUDA)->path(), "hopper") != 0)
         TEST_SKIP("the persistent step runs on the Hopper path only (this GPU: %s path)",
-                  engine_cuda_path());
+                  backend_device(HR_DEVICE_CUDA)->path());
     compare("llama2-7b", HR_DTYPE_BF16, 600);
     compare("tinyllama-1.1b", HR_DTYPE_BF16, 4300);
     compare("tinyllama-1.1b", HR_DTYPE_F16, 300);

@@ -143,7 +143,7 @@ static void gpu_plan_without_gpu(void) {
     /* the bandwidth is timed on cuda only; without a GPU it says why */
     hr_bandwidth bw = {-1.0, -1.0};
     CHECK(hr_device_bandwidth(HR_DEVICE_CPU, &bw, &err) == HR_ERR_UNSUPPORTED);
-    if (!engine_cuda_available()) {
+    if (!backend_device(HR_DEVICE_CUDA)->available()) {
         CHECK(hr_device_bandwidth(HR_DEVICE_CUDA, &bw, &err) != HR_OK);
         CHECK(err.msg[0] != '\0' && bw.copy_bytes_per_s == -1.0 && bw.read_bytes_per_s == -1.0);
     }

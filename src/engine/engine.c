@@ -21,7 +21,7 @@
  */
 #include "engine/engine.h"
 
-#include "backend/cpu/cpu_features.h"
+#include "backend/registry.h"
 #include "model/llama.h"
 #include "model/model.h"
 #include "util/alloc.h"
@@ -100,17 +100,6 @@ void hr_engine_free(hr_engine *e) {
     hr_free(e);
 }
 
-static hr_status pick_device(const hr_engine_params *p, hr_device *out, hr_error *err) {
-    hr_device d = p->device;
-    if (d == HR_DEVICE_AUTO)
-        d = engine_cuda_available() ? HR_DEVICE_CUDA : HR_DEVICE_CPU;
-    if (d == HR_DEVICE_CUDA && !engine_cuda_available())
-        return hr_err_set(err, HR_ERR_UNSUPPORTED, "%s (use --device cpu)",
-                          engine_cuda_why_not());
-    *out = d;
-    return HR_OK;
-}
-
 /* The longest text one token can decode to (plus what the streaming
  * detokenizer may hold back), so event text buffers are sized once. */
 static int32_t longest_piece(const hr_tokenizer *tok) {
@@ -143,8 +132,11 @@ hr_status engine_resolve(const hr_model *m, const hr_engine_params *params, bool
     if (p.dtype != HR_DTYPE_BF16 && p.dtype != HR_DTYPE_F16)
         return hr_err_set(err, HR_ERR_INVALID, "engine: compute type %s (bf16 or f16)",
                           hr_dtype_name(p.dtype));
-    if (need_device || p.device == HR_DEVICE_AUTO)
-        HR_TRY(pick_device(&p, &p.device, err));
+    if (need_device || p.device == HR_DEVICE_AUTO) {
+        const be_device *dev;
+        HR_TRY(backend_pick(p.device, &dev, err));
+        p.device = dev->device;
+    }
     if (p.kv_dtype == HR_DTYPE_COUNT)
         p.kv_dtype = p.device == HR_DEVICE_CUDA ? p.dtype : HR_DTYPE_F32;
     if (p.n_threads <= 0) {
@@ -244,15 +236,12 @@ hr_status hr_engine_create(const hr_model *m, const hr_engine_params *params, hr
     e->plan = plan;
     e->n_ctx = p.n_ctx;
     e->device = dev;
+    e->dev = backend_device(dev);
     hr_status s;
     const int32_t max_blocks = cfg.max_blocks_per_seq;
     const int32_t max_rows = cfg.max_rows;
     const int32_t max_out = cfg.max_out;
-    if (dev == HR_DEVICE_CUDA)
-        s = engine_cuda_backend_create(in, &bp, &e->be, err);
-    else
-        s = backend_cpu_create(in, &bp, &e->be, err);
-    if (s != HR_OK)
+    if ((s = e->dev->create(in, &bp, &e->be, err)) != HR_OK)
         goto fail;
     if ((s = llama_create(m, e->be, &cfg, &e->lm, err)) != HR_OK)
         goto fail;
@@ -296,13 +285,9 @@ const char *hr_engine_device_name(const hr_engine *e) {
     return e->device == HR_DEVICE_CUDA ? "cuda" : "cpu";
 }
 
-const char *hr_engine_device_desc(const hr_engine *e) {
-    return e->device == HR_DEVICE_CUDA ? engine_cuda_device_name() : engine_cpu_name();
-}
+const char *hr_engine_device_desc(const hr_engine *e) { return e->dev->describe(); }
 
-const char *hr_engine_device_path(const hr_engine *e) {
-    return e->device == HR_DEVICE_CUDA ? engine_cuda_path() : cpu_level_name(cpu_level_active());
-}
+const char *hr_engine_device_path(const hr_engine *e) { return e->dev->path(); }
 
 void hr_engine_plan(const hr_engine *e, hr_plan *out) { *out = e->plan; }
 

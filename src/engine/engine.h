@@ -7,6 +7,7 @@
 #define HR_ENGINE_ENGINE_H
 
 #include "backend/backend.h"
+#include "backend/registry.h"
 #include "engine/sampler.h"
 #include "headroom.h"
 #include "kv/kv_cache.h"
@@ -50,6 +51,7 @@ struct hr_engine {
     hr_engine_params p;
     hr_plan plan;                 /* what was planned (and taken) at create */
     hr_device device;
+    const be_device *dev;         /* its entry in the registry (backend/registry.h) */
     int32_t n_ctx;
     hr_backend *be;
     llama *lm;
@@ -98,24 +100,7 @@ void engine_request_free(engine_request *r);
  * (the stop string and what follows are dropped). */
 int32_t engine_request_text(engine_request *r, int32_t token, bool flush);
 
-/* CUDA glue (engine_cuda.c): whether the backend is built in and a device
- * is present, and why not; the device's name; the kernels' path once a
- * backend is made ("hopper" or "generic", cuda_path). */
-bool engine_cuda_available(void);
-const char *engine_cuda_why_not(void);
-const char *engine_cuda_device_name(void);
-const char *engine_cuda_path(void);
-/* Free and total memory of CUDA device 0. */
-hr_status engine_cuda_memory(uint64_t *free_bytes, uint64_t *total_bytes, hr_error *err);
-/* Copy and read bandwidth of CUDA device 0 (cuda_bandwidth). */
-hr_status engine_cuda_bandwidth(double *copy_bytes_per_s, double *read_bytes_per_s,
-                                hr_error *err);
-/* The CPU's model name (/proc/cpuinfo) and the process's resident bytes. */
-const char *engine_cpu_name(void);
+/* The process's resident bytes (host.c). */
 uint64_t engine_host_rss(void);
-hr_status engine_cuda_backend_create(const hr_model_info *info, const be_params *p,
-                                     hr_backend **out, hr_error *err);
-/* Decode steps a backend ran as one kernel (0 for any but CUDA's). */
-int64_t engine_cuda_pstep_steps(const hr_backend *b);
 
 #endif

@@ -85,31 +85,17 @@ static int32_t largest(const hr_model *m, const hr_engine_params *p, uint64_t bu
 
 hr_status hr_device_memory(hr_device device, uint64_t *free_bytes, uint64_t *total_bytes,
                            hr_error *err) {
-    if (device == HR_DEVICE_CUDA)
-        return engine_cuda_memory(free_bytes, total_bytes, err);
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f)
-        return hr_err_set(err, HR_ERR_IO, "cannot read /proc/meminfo");
-    char line[256];
-    unsigned long long avail = 0, total = 0, v;
-    while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "MemAvailable: %llu kB", &v) == 1)
-            avail = v * 1024;
-        else if (sscanf(line, "MemTotal: %llu kB", &v) == 1)
-            total = v * 1024;
-    }
-    fclose(f);
-    if (!total)
-        return hr_err_set(err, HR_ERR_IO, "/proc/meminfo: no MemTotal");
-    *free_bytes = avail;
-    *total_bytes = total;
-    return HR_OK;
+    const be_device *d = backend_device(device);
+    if (!d)
+        return hr_err_set(err, HR_ERR_INVALID, "device %d is not cpu or cuda", (int)device);
+    return d->memory(free_bytes, total_bytes, err);
 }
 
 hr_status hr_device_bandwidth(hr_device device, hr_bandwidth *out, hr_error *err) {
-    if (device == HR_DEVICE_CUDA)
-        return engine_cuda_bandwidth(&out->copy_bytes_per_s, &out->read_bytes_per_s, err);
-    return hr_err_set(err, HR_ERR_UNSUPPORTED, "bandwidth: measured on cuda only");
+    const be_device *d = backend_device(device);
+    if (!d)
+        return hr_err_set(err, HR_ERR_INVALID, "device %d is not cpu or cuda", (int)device);
+    return d->bandwidth(&out->copy_bytes_per_s, &out->read_bytes_per_s, err);
 }
 
 hr_status hr_parse_size(const char *text, uint64_t total, uint64_t *out, hr_error *err) {
