@@ -7,9 +7,9 @@ set -euo pipefail
 # build: compiler, CMake, pkg-config; libraries: cJSON (JSON), PCRE2 (the
 # pre-tokenizer regexes), libmicrohttpd (HTTP server); tests: python3 with
 # Debian's sentencepiece (differential tokenizer test), clang + its runtime
-# (libFuzzer targets).
+# (libFuzzer targets); CI: python3-matplotlib (tools/plot_bench.py's charts).
 PKGS=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libmicrohttpd-dev
-      python3 python3-sentencepiece clang libclang-rt-14-dev)
+      python3 python3-sentencepiece python3-matplotlib clang libclang-rt-14-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -15,6 +15,7 @@ tmp=$2/sh_readme_flags_tmp
 shift 2
 docs=("$@")
 [ ${#docs[@]} -gt 0 ] || docs=(README.md docs/design.md docs/performance.md)
+rm -rf "$tmp" # help texts are cached there for one run only
 mkdir -p "$tmp"
 pass=0
 fail=0
