@@ -32,7 +32,7 @@ static hr_status exercise(hr_engine *e, int32_t n_seq, int32_t n_vocab, hr_error
     int32_t prompt[8];
     for (int i = 0; i < 8; i++)
         prompt[i] = 1 + (i * 7919) % (n_vocab - 1);
-    hr_sampling_params sp = hr_sampling_params_default();
+    hr_sampling_params sp = hr_sampling_params_greedy();
     sp.max_tokens = 4;
     sp.ignore_eos = true;
     for (int32_t s = 0; s < n_seq; s++) {

@@ -408,8 +408,12 @@ typedef struct {
     bool ignore_eos;
 } hr_sampling_params;
 
-/* greedy, no penalties, seed 0, max_tokens 128 */
+/* The defaults (those of `headroom run`): temperature 0.8, top_k 40, top_p
+ * 0.95, min_p 0.05, no repetition penalty, seed 0, max_tokens 256. */
 hr_sampling_params hr_sampling_params_default(void);
+/* The same with temperature 0 (the argmax) and the filters off: greedy
+ * decoding, reproducible without a seed (tests, benchmarks, references). */
+hr_sampling_params hr_sampling_params_greedy(void);
 
 typedef enum {
     HR_FINISH_NONE = 0, /* still running */

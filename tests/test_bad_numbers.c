@@ -93,7 +93,7 @@ static void test_one_fails_the_other_runs(const hr_model *m, const int32_t *good
     if (!e)
         return;
     const int32_t good[] = {1, 40, 41, 42}, bad[] = {1, 40, BAD_TOKEN, 42};
-    hr_sampling_params sp = hr_sampling_params_default();
+    hr_sampling_params sp = hr_sampling_params_greedy();
     sp.max_tokens = 16;
     int32_t id_good = -1, id_bad = -1;
     hr_error err;
@@ -144,7 +144,7 @@ static int reference_tokens(int32_t *out) {
     int n = 0;
     if (e) {
         const int32_t good[] = {1, 40, 41, 42};
-        hr_sampling_params sp = hr_sampling_params_default();
+        hr_sampling_params sp = hr_sampling_params_greedy();
         sp.max_tokens = 16;
         int32_t id;
         CHECK_OK(hr_engine_add(e, good, 4, &sp, &id, &err), &err);
@@ -167,7 +167,7 @@ static void test_generate_and_score(const hr_model *m, const char *kind) {
     /* hr_generate: a prompt that tokenizes to hold the damaged token */
     hr_engine *e = engine(m, 1, false);
     if (e) {
-        hr_sampling_params sp = hr_sampling_params_default();
+        hr_sampling_params sp = hr_sampling_params_greedy();
         sp.max_tokens = 8;
         hr_generation_stats st;
         hr_status s = hr_generate(e, "ROMEO:", 6, &sp, NULL, NULL, &st, &err);
@@ -203,7 +203,7 @@ static void test_zero_new_tokens(void) {
     CHECK_OK(hr_model_load(MODEL, NULL, &m, &err), &err);
     hr_engine *e = m ? engine(m, 1, false) : NULL;
     if (e) {
-        hr_sampling_params sp = hr_sampling_params_default();
+        hr_sampling_params sp = hr_sampling_params_greedy();
         sp.max_tokens = 0;
         hr_generation_stats st;
         CHECK_OK(hr_generate(e, "ROMEO:", 6, &sp, NULL, NULL, &st, &err), &err);

@@ -158,7 +158,7 @@ static void check_fixture(const char *name, hr_dtype dt, bool fold) {
 static void generate(hr_engine *e, int32_t (*prompts)[8], int n_prompts, int n_new,
                      int32_t (*out)[64], float temperature, uint64_t seed) {
     hr_error err;
-    hr_sampling_params sp = hr_sampling_params_default();
+    hr_sampling_params sp = hr_sampling_params_greedy();
     sp.max_tokens = n_new;
     sp.ignore_eos = true;
     sp.temperature = temperature;
@@ -270,7 +270,7 @@ static void check_overlap(const hr_model *m) {
     for (int j = 0; j < 8; j++)
         prompt[j] = j == 0 ? 1 : 211 + 13 * j;
     static test_run_out a, b, c, d;
-    hr_sampling_params greedy = hr_sampling_params_default();
+    hr_sampling_params greedy = hr_sampling_params_greedy();
     greedy.max_tokens = 100;
     greedy.ignore_eos = true;
     test_run_out first;

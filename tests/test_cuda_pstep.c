@@ -71,7 +71,7 @@ static bool step_one(hr_engine *e, int32_t *token) {
 
 /* n greedy-like tokens from prompt, sampled on the device at temperature t */
 static void generate(hr_engine *e, const int32_t *prompt, float t, int32_t n, int32_t *out) {
-    hr_sampling_params sp = hr_sampling_params_default();
+    hr_sampling_params sp = hr_sampling_params_greedy();
     sp.max_tokens = n;
     sp.ignore_eos = true;
     sp.temperature = t;
@@ -108,7 +108,7 @@ static void compare(const char *shape, hr_dtype dt, int32_t n_new) {
     int32_t prompt[8];
     for (int32_t j = 0; j < n_prompt; j++)
         prompt[j] = j == 0 ? 1 : 100 + 13 * j;
-    hr_sampling_params sp = hr_sampling_params_default();
+    hr_sampling_params sp = hr_sampling_params_greedy();
     sp.max_tokens = n_new;
     sp.ignore_eos = true;
     sp.temperature = 0.0f;

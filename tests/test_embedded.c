@@ -104,7 +104,7 @@ static void check(const char *label, const char *path, const expect *x) {
 
     int ok = 0;
     for (int k = 0; e && k < N_PROMPTS; k++) {
-        hr_sampling_params sp = hr_sampling_params_default();
+        hr_sampling_params sp = hr_sampling_params_greedy();
         sp.max_tokens = x->n_greedy[k];
         sp.ignore_eos = true;
         int32_t id, got[64], n_got = 0;

@@ -110,7 +110,7 @@ static bool same_tokens(const int32_t *a, int32_t na, const int32_t *b, int32_t 
 }
 
 static void test_greedy_and_batching(const hr_model *m, const case_ref *c, int n_cases) {
-    hr_sampling_params sp = hr_sampling_params_default();
+    hr_sampling_params sp = hr_sampling_params_greedy();
     sp.ignore_eos = true;
     hr_error err;
     /* one at a time */
@@ -164,7 +164,7 @@ static void test_finish_rules(const hr_model *m, const case_ref *c) {
     hr_engine *e = make_engine(m, 2, 64, 16);
     if (!e)
         return;
-    hr_sampling_params sp = hr_sampling_params_default();
+    hr_sampling_params sp = hr_sampling_params_greedy();
     sp.ignore_eos = true;
     int32_t tok[MAX_PROMPTS][64] = {{0}}, n_tok[MAX_PROMPTS] = {0};
     hr_finish_reason fin[MAX_PROMPTS] = {0};
@@ -209,7 +209,7 @@ static void test_stop_and_eos(const hr_model *m, const case_ref *c) {
     stop_at = strstr(c[0].text, stop);
     CHECK(strlen(stop) == 5 && stop_at != NULL);
     const char *stops[1] = {stop};
-    hr_sampling_params sp = hr_sampling_params_default();
+    hr_sampling_params sp = hr_sampling_params_greedy();
     sp.max_tokens = 32;
     sp.stop = stops;
     sp.n_stop = 1;
@@ -238,7 +238,7 @@ static void test_eos_list(const case_ref *c) {
         return;
     hr_error err;
     hr_engine *e = make_engine(m, 1, 64, 128);
-    hr_sampling_params sp = hr_sampling_params_default();
+    hr_sampling_params sp = hr_sampling_params_greedy();
     sp.max_tokens = 32;
     int32_t tok[MAX_PROMPTS][64] = {{0}}, n_tok[MAX_PROMPTS] = {0};
     hr_finish_reason fin[MAX_PROMPTS] = {0};
@@ -257,7 +257,7 @@ static void test_no_allocation(const hr_model *m, const case_ref *c) {
     hr_engine *e = make_engine(m, 2, 64, 256);
     if (!e)
         return;
-    hr_sampling_params sp = hr_sampling_params_default();
+    hr_sampling_params sp = hr_sampling_params_greedy();
     sp.max_tokens = 150;
     sp.ignore_eos = true;
     sp.temperature = 0.9f;
@@ -288,7 +288,7 @@ static void test_one_row_per_decode(const hr_model *m, const case_ref *c) {
     hr_engine *e = make_engine(m, 2, 64, 256);
     if (!e)
         return;
-    hr_sampling_params sp = hr_sampling_params_default();
+    hr_sampling_params sp = hr_sampling_params_greedy();
     sp.max_tokens = 40;
     sp.ignore_eos = true;
     sp.temperature = 0.0f;

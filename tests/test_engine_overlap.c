@@ -173,7 +173,7 @@ int main(void) {
         goto done;
     const int32_t prompt[6] = {1, 311, 524, 97, 1870, 40};
     static test_run_out a, b, first;
-    hr_sampling_params greedy = hr_sampling_params_default();
+    hr_sampling_params greedy = hr_sampling_params_greedy();
     greedy.max_tokens = 60;
 
     greedy.ignore_eos = true;

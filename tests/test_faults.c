@@ -26,7 +26,7 @@ static hr_status one_run(const char *path, int *n_tokens, hr_error *err) {
         s = hr_engine_create(m, &p, &e, err);
     }
     if (s == HR_OK) {
-        hr_sampling_params sp = hr_sampling_params_default();
+        hr_sampling_params sp = hr_sampling_params_greedy();
         sp.max_tokens = 4;
         sp.ignore_eos = true;
         const char *stops[1] = {"zz"};

@@ -155,7 +155,7 @@ static void check_model(const char *label, const char *path, const reference *re
            worst, worst_nll, ppl, ref->ppl);
 
     /* greedy continuation, token for token */
-    hr_sampling_params sp = hr_sampling_params_default();
+    hr_sampling_params sp = hr_sampling_params_greedy();
     sp.max_tokens = (int32_t)ref->n_greedy;
     sp.ignore_eos = true;
     int32_t id;

@@ -175,7 +175,7 @@ static void overflow(const hr_model *m) {
     int32_t prompt[100];
     for (int i = 0; i < 100; i++)
         prompt[i] = 100 + i;
-    hr_sampling_params sp = hr_sampling_params_default();
+    hr_sampling_params sp = hr_sampling_params_greedy();
     sp.max_tokens = 4;
     int32_t id;
     if (e)
@@ -206,7 +206,7 @@ static void admission_waits(const hr_model *m) {
     int32_t prompt[8];
     for (int i = 0; i < 8; i++)
         prompt[i] = 50 + i;
-    hr_sampling_params sp = hr_sampling_params_default();
+    hr_sampling_params sp = hr_sampling_params_greedy();
     sp.max_tokens = 6;
     sp.ignore_eos = true;
     int32_t first, second;

@@ -33,7 +33,7 @@ static void make_logits(float *l) {
 int main(void) {
     float logits[V];
     make_logits(logits);
-    hr_sampling_params p = hr_sampling_params_default();
+    hr_sampling_params p = hr_sampling_params_greedy();
 
     /* greedy: the argmax, lowest id on ties */
     CHECK_EQ_I64(sample(&p, logits, 0, NULL), 0);
@@ -145,7 +145,7 @@ int main(void) {
     const int n_spec = (int)(sizeof specials / sizeof specials[0]);
     hr_sampling_params modes[4];
     for (int m = 0; m < 4; m++)
-        modes[m] = hr_sampling_params_default();
+        modes[m] = hr_sampling_params_greedy();
     modes[1].temperature = 0.8f;
     modes[2].temperature = 0.8f, modes[2].top_k = 40, modes[2].top_p = 0.95f;
     modes[2].min_p = 0.05f;
@@ -171,10 +171,10 @@ int main(void) {
     /* NaN never wins over a number; +inf wins (greedy and sampled) */
     make_logits(logits);
     logits[0] = NAN;
-    hr_sampling_params k1 = hr_sampling_params_default();
+    hr_sampling_params k1 = hr_sampling_params_greedy();
     k1.temperature = 1.0f, k1.top_k = 1;
     CHECK_EQ_I64(sample(&k1, logits, 0, NULL), 1);
-    hr_sampling_params g = hr_sampling_params_default();
+    hr_sampling_params g = hr_sampling_params_greedy();
     CHECK_EQ_I64(sample(&g, logits, 0, NULL), 1);
     logits[9] = INFINITY;
     CHECK_EQ_I64(sample(&p, logits, 0, NULL), 9);

@@ -83,7 +83,7 @@ static bool load_reference(reference *r) {
 }
 
 static int32_t generate(hr_engine *e, const int32_t *ids, int32_t n, int32_t max, int32_t *out) {
-    hr_sampling_params sp = hr_sampling_params_default();
+    hr_sampling_params sp = hr_sampling_params_greedy();
     sp.max_tokens = max;
     sp.ignore_eos = true;
     hr_error err;

@@ -88,7 +88,7 @@ static hr_status run_batch(hr_engine *e, int32_t n_vocab, int32_t batch, int32_t
         s = hr_err_set(err, HR_ERR_NOMEM, "bench: out of memory");
         goto done;
     }
-    hr_sampling_params sp = hr_sampling_params_default();
+    hr_sampling_params sp = hr_sampling_params_greedy();
     sp.max_tokens = gen;
     sp.ignore_eos = true;
     double t0 = now_ms();

@@ -47,12 +47,7 @@ int cmd_run(int argc, char **argv) {
     cli_engine_opts o;
     cli_engine_opts_init(&o, CLI_RUN);
     hr_sampling_params sp = hr_sampling_params_default();
-    sp.temperature = 0.8f;
-    sp.top_k = 40;
-    sp.top_p = 0.95f;
-    sp.min_p = 0.05f;
-    sp.max_tokens = 256;
-    sp.seed = (uint64_t)time(NULL);
+    sp.seed = (uint64_t)time(NULL); /* run's own: a new draw each time unless --seed */
     const char *prompt = NULL;
     const char *stops[RUN_MAX_STOP];
     int32_t n_stop = 0;

@@ -49,15 +49,26 @@ hr_engine_params hr_engine_params_default(void) {
                               .dtype = HR_DTYPE_BF16};
 }
 
+/* The one set of sampling defaults (run and every front end take these):
+ * llama.cpp's, which people compare against. */
 hr_sampling_params hr_sampling_params_default(void) {
-    return (hr_sampling_params){.temperature = 0.0f,
-                                .top_k = 0,
-                                .top_p = 1.0f,
-                                .min_p = 0.0f,
+    return (hr_sampling_params){.temperature = 0.8f,
+                                .top_k = 40,
+                                .top_p = 0.95f,
+                                .min_p = 0.05f,
                                 .repeat_penalty = 1.0f,
                                 .repeat_last_n = 64,
                                 .seed = 0,
-                                .max_tokens = 128};
+                                .max_tokens = 256};
+}
+
+hr_sampling_params hr_sampling_params_greedy(void) {
+    hr_sampling_params p = hr_sampling_params_default();
+    p.temperature = 0.0f; /* the argmax: the filters below no longer matter */
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    return p;
 }
 
 const char *hr_finish_reason_name(hr_finish_reason r) {
@@ -518,11 +529,6 @@ static bool overlaps(const hr_engine *e, const engine_request *r, int32_t in_fli
            r->n_tokens + in_flight < e->n_ctx;
 }
 
-/* as the samplers take it: the argmax */
-static bool is_greedy(const hr_sampling_params *sp) {
-    return !(sp->temperature > 0.0f) || sp->top_k == 1;
-}
-
 static void set_sample(hr_engine *e, int32_t o, const engine_request *r, int32_t ahead) {
     const hr_sampling_params *sp = &r->params;
     e->samples[o] = (be_sample){.temperature = sp->temperature, .top_k = sp->top_k,
@@ -545,7 +551,7 @@ static hr_status queue_chained(hr_engine *e, engine_request *r, hr_error *err) {
     e->out_rows[0] = 0;
     e->step.n_out = 1;
     e->step.device_sample = e->step.defer = e->step.chained = true;
-    e->step.greedy = is_greedy(&r->params);
+    e->step.greedy = sampler_is_greedy(&r->params);
     set_sample(e, 0, r, 1);
     HR_TRY(llama_forward(e->lm, &e->step, NULL, e->samples, NULL, err));
     e->n_chained++;
@@ -662,7 +668,7 @@ hr_status hr_engine_step(hr_engine *e, hr_event *events, int32_t cap, int32_t *n
     for (int32_t o = 0; o < e->step.n_out && device_sampling; o++) {
         const engine_request *r = engine_find(e, e->out_req[o]);
         device_sampling = r->params.repeat_penalty == 1.0f;
-        greedy = greedy && is_greedy(&r->params);
+        greedy = greedy && sampler_is_greedy(&r->params);
         set_sample(e, o, r, 0);
     }
     e->step.device_sample = device_sampling;

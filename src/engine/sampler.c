@@ -39,6 +39,10 @@ static uint64_t xoshiro(uint64_t s[4]) {
 /* uniform in [0, 1) with 53 random bits */
 static double uniform(uint64_t s[4]) { return (double)(xoshiro(s) >> 11) * 0x1.0p-53; }
 
+bool sampler_is_greedy(const hr_sampling_params *p) {
+    return !(p->temperature > 0.0f) || p->top_k == 1;
+}
+
 hr_status sampler_init(sampler *s, const hr_sampling_params *p, hr_error *err) {
     memset(s, 0, sizeof *s);
     s->p = *p;
@@ -122,7 +126,7 @@ int32_t sampler_sample(sampler *s, float *logits, int32_t n_vocab, sampler_cand 
                 logits[t] = logits[t] > 0.0f ? logits[t] / p->repeat_penalty
                                              : logits[t] * p->repeat_penalty;
         }
-    if (!(p->temperature > 0.0f)) { /* NaN temperature is greedy too */
+    if (sampler_is_greedy(p)) {
         int32_t best = 0;
         for (int32_t i = 1; i < n_vocab; i++)
             if (rank_key(logits[i]) > rank_key(logits[best]))

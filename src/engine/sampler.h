@@ -25,6 +25,11 @@ typedef struct {
     int32_t head;
 } sampler;
 
+/* Whether p picks the argmax: temperature <= 0 (or NaN), or top_k 1. The
+ * engine asks this to fold the argmax into a device step; the sampler to
+ * skip the distribution. */
+bool sampler_is_greedy(const hr_sampling_params *p);
+
 hr_status sampler_init(sampler *s, const hr_sampling_params *p, hr_error *err);
 void sampler_free(sampler *s);
 /* Remembers a token for the repetition penalty (prompt and generated). */

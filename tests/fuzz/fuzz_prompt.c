@@ -64,7 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     const int truncate = data[0] & 1;
     hr_engine *e = g_engine[truncate];
-    hr_sampling_params sp = hr_sampling_params_default();
+    hr_sampling_params sp = hr_sampling_params_greedy();
     sp.max_tokens = (data[0] >> 1) & 3;
     hr_generation_stats st;
     hr_error err = {0};
