@@ -13,6 +13,7 @@
  * failures (the target: within 2%, never under, none).
  */
 #include "headroom.h"
+#include "util/env.h" /* hr_tuning: skip_upload */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,7 +83,9 @@ int main(int argc, char **argv) {
                     p.n_ctx = ctxs[ci];
                     p.n_seq_max = seqs[si];
                     p.mem_budget = budgets_gib[bi] << 30;
-                    p.skip_upload = true;
+                    hr_tuning tune = hr_tuning_default();
+                    tune.skip_upload = true;
+                    p.tuning = &tune;
                     hr_plan pl;
                     if (hr_plan_compute(m, &p, &pl, &err) != HR_OK) {
                         fprintf(stderr, "plan: %s\n", err.msg);

@@ -281,20 +281,13 @@ typedef struct {
                               copying them into huge-page memory (faster load, slower
                               decode: a TLB miss every 4 KiB of weights) */
     bool logits_all;       /* keep logits of every prompt row (perplexity) */
-    bool attn_naive;       /* cuda: the simple attention kernel, not flash (benchmarks) */
-    bool no_graphs;        /* cuda: no CUDA graphs (benchmarks) */
-    bool no_norm_fold;     /* cuda: each RMSNorm's weight applied by the norm, not folded
-                              into the bf16 matrix after it at load (benchmarks, checks) */
-    bool no_overlap;       /* cuda: wait for each decode step before queuing the next, instead
-                              of queuing a lone sequence's next step while the host takes in
-                              the token before (benchmarks) */
     bool progress;         /* show weight-upload progress on a terminal */
     uint64_t mem_budget;   /* bytes the engine may hold on its device; 0: the device's free
                               memory less a reserve (hr_device_budget) */
     bool truncate_prompt;  /* a prompt longer than the context keeps its most recent tokens
                               (with a warning) instead of being refused */
-    bool skip_upload;      /* cuda: weights allocated but not copied (memory and speed
-                              measurements only: the outputs are meaningless) */
+    const struct hr_tuning *tuning; /* NULL: benchmarks and checks set switches that change
+                                       how the engine runs, never what it computes */
 } hr_engine_params;
 
 /* auto device, all cores, the model's context, 1 sequence, 512-row steps,

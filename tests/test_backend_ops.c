@@ -220,8 +220,8 @@ static void add_segment(step_buf *s, const int32_t *bt, int max_blocks, int BS, 
 
 /* the attention path of a run: flash kernels with the backend's choice of
  * flash-decoding splits, flash with every decode step in one split (the
- * decode kernel then writes the output; HEADROOM_CUDA_DEC_FILL=1, read when
- * the backend is made), or the naive kernel */
+ * decode kernel then writes the output: hr_tuning.dec_fill 1), or the naive
+ * kernel */
 typedef enum { ATTN_FLASH, ATTN_FLASH_ONE_SPLIT, ATTN_NAIVE } attn_mode;
 
 /* A whole layer as a decode step of one row (sequence 1 at position 201:
@@ -292,6 +292,7 @@ static void check_decode_step(const shape *sh, side *C, side *G, const int32_t *
 
 static void run_shape(const shape *sh, attn_mode mode) {
     const bool naive = mode == ATTN_NAIVE, all_ops = mode == ATTN_FLASH;
+    const int32_t dec_fill = mode == ATTN_FLASH_ONE_SPLIT ? 1 : 0; /* a target of 1 block */
     hr_error err;
     const hr_dtype ck = sh->ck;
     const int BS = 16, max_blocks = 16, n_seq = 3;
@@ -332,7 +333,8 @@ static void run_shape(const shape *sh, attn_mode mode) {
     model_tensor *gu_parts[2] = {&gt, &up};
 
     be_params cp = {.n_threads = 2, .exact_matmul = true};
-    be_params gp = {.compute = ck, .attn_naive = naive, .no_graphs = true};
+    be_params gp = {.compute = ck,
+                    .tuning = {.attn_naive = naive, .no_graphs = true, .dec_fill = dec_fill}};
     hr_backend *cb = NULL, *gb = NULL;
     CHECK_OK(backend_cpu_create(&in, &cp, &cb, &err), &err);
     CHECK_OK(backend_device(HR_DEVICE_CUDA)->create(&in, &gp, &gb, &err), &err);
@@ -521,9 +523,7 @@ int main(void) {
         TEST_SKIP("no CUDA device (%s)", backend_device(HR_DEVICE_CUDA)->why_not());
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         run_shape(&shapes[i], ATTN_FLASH);
-        setenv("HEADROOM_CUDA_DEC_FILL", "1", 1);
         run_shape(&shapes[i], ATTN_FLASH_ONE_SPLIT);
-        unsetenv("HEADROOM_CUDA_DEC_FILL");
         run_shape(&shapes[i], ATTN_NAIVE);
     }
     TEST_END();

@@ -81,23 +81,35 @@ static hr_engine *engine_with(const hr_model *m, const hr_engine_params *ep) {
     return e;
 }
 
-static hr_engine_params cuda_params(hr_dtype dt, int32_t n_seq, bool logits_all, bool graphs,
-                                    bool overlap) {
+static hr_tuning tuning(bool graphs, bool overlap) {
+    hr_tuning t = hr_tuning_default();
+    t.no_graphs = !graphs;
+    t.no_overlap = !overlap;
+    return t;
+}
+
+static hr_engine_params cuda_params(hr_dtype dt, int32_t n_seq, bool logits_all,
+                                    const hr_tuning *t) {
     hr_engine_params ep = hr_engine_params_default();
     ep.device = HR_DEVICE_CUDA;
     ep.dtype = dt;
     ep.n_ctx = 512;
     ep.n_seq_max = n_seq;
     ep.logits_all = logits_all;
-    ep.no_graphs = !graphs;
-    ep.no_overlap = !overlap;
+    ep.tuning = t;
     return ep;
+}
+
+static hr_engine *cuda_engine_tuned(const hr_model *m, hr_dtype dt, int32_t n_seq,
+                                    bool logits_all, const hr_tuning *t) {
+    const hr_engine_params ep = cuda_params(dt, n_seq, logits_all, t);
+    return engine_with(m, &ep);
 }
 
 static hr_engine *cuda_engine(const hr_model *m, hr_dtype dt, int32_t n_seq, bool logits_all,
                               bool graphs, bool overlap) {
-    const hr_engine_params ep = cuda_params(dt, n_seq, logits_all, graphs, overlap);
-    return engine_with(m, &ep);
+    const hr_tuning t = tuning(graphs, overlap);
+    return cuda_engine_tuned(m, dt, n_seq, logits_all, &t);
 }
 
 /* fold: the norms' weights folded into the matrices after them (the
@@ -110,9 +122,9 @@ static void check_fixture(const char *name, hr_dtype dt, bool fold) {
     hr_error err;
     hr_model *m = NULL;
     CHECK_OK(hr_model_load(dir, NULL, &m, &err), &err);
-    hr_engine_params ep = cuda_params(dt, 1, true, false, true);
-    ep.no_norm_fold = !fold;
-    hr_engine *e = m ? engine_with(m, &ep) : NULL;
+    hr_tuning t = tuning(false, true);
+    t.no_norm_fold = !fold;
+    hr_engine *e = m ? cuda_engine_tuned(m, dt, 1, true, &t) : NULL;
     const char *how = dt == HR_DTYPE_F16 ? "f16" : fold ? "bf16" : "bf16 unfolded";
     if (e && ref.tokens) {
         double *nll = malloc(ref.T * sizeof *nll);
@@ -352,10 +364,11 @@ static void check_overlap(const hr_model *m) {
 
     /* decode op by op (the path past the persistent step's longest context):
      * the sampling kernel advances the chained steps' metadata */
-    setenv("HEADROOM_CUDA_PSTEP", "0", 1); /* read when the engine is made */
-    hr_engine *po = cuda_engine(m, HR_DTYPE_BF16, 2, false, true, true);
-    hr_engine *pn = cuda_engine(m, HR_DTYPE_BF16, 2, false, true, false);
-    unsetenv("HEADROOM_CUDA_PSTEP");
+    hr_tuning op_by_op = tuning(true, true);
+    op_by_op.no_pstep = true;
+    hr_engine *po = cuda_engine_tuned(m, HR_DTYPE_BF16, 2, false, &op_by_op);
+    op_by_op.no_overlap = true;
+    hr_engine *pn = cuda_engine_tuned(m, HR_DTYPE_BF16, 2, false, &op_by_op);
     if (po && pn) {
         test_run(po, prompt, 8, &greedy, 0, NULL, 0, &a, NULL);
         test_run(pn, prompt, 8, &greedy, 0, NULL, 0, &b, NULL);

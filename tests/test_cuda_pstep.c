@@ -41,8 +41,10 @@
 #include <string.h>
 
 static hr_engine *engine(const hr_model *m, hr_dtype dt, bool pstep, int32_t n_ctx) {
-    setenv("HEADROOM_CUDA_PSTEP", pstep ? "1" : "0", 1); /* read when the engine is made */
+    hr_tuning t = hr_tuning_default();
+    t.no_pstep = !pstep;
     hr_engine_params ep = hr_engine_params_default();
+    ep.tuning = &t;
     ep.device = HR_DEVICE_CUDA;
     ep.dtype = dt;
     ep.n_ctx = n_ctx;
@@ -50,7 +52,6 @@ static hr_engine *engine(const hr_model *m, hr_dtype dt, bool pstep, int32_t n_c
     hr_engine *e = NULL;
     hr_error err;
     CHECK_OK(hr_engine_create(m, &ep, &e, &err), &err);
-    unsetenv("HEADROOM_CUDA_PSTEP");
     return e;
 }
 

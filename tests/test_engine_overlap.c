@@ -121,7 +121,9 @@ static hr_engine *make_engine(const hr_model *m, int slot, bool overlap) {
     ep.n_seq_max = 2;
     ep.n_ctx = 256;
     ep.exact_matmul = true;
-    ep.no_overlap = !overlap;
+    hr_tuning t = hr_tuning_default();
+    t.no_overlap = !overlap;
+    ep.tuning = &t;
     hr_engine *e = NULL;
     hr_error err;
     CHECK_OK(hr_engine_create(m, &ep, &e, &err), &err);

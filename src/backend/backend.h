@@ -29,13 +29,14 @@
 #define HR_BACKEND_BACKEND_H
 
 #include "headroom.h"
+#include "backend/sample_params.h" /* be_sample */
 #include "model/tensor.h" /* model_tensor, rope_style: the weights as the file holds them */
+#include "util/env.h"     /* hr_tuning */
 
 #include <stdbool.h>
 #include <stdint.h>
 
 typedef struct hr_backend hr_backend;
-struct be_sample;
 struct be_memory;
 typedef struct be_weight be_weight; /* a (possibly fused) matrix, backend-owned */
 typedef struct be_vector be_vector; /* a norm weight, f32 on the backend */
@@ -148,7 +149,7 @@ typedef struct {
      * output row to host_tokens and only those ids cross the bus; otherwise
      * copies the logits (n_out, V) to host_logits (when not NULL). */
     hr_status (*end_step)(hr_backend *b, const be_tensor *logits, float *host_logits,
-                          const struct be_sample *samples, int32_t *host_tokens, hr_error *err);
+                          const be_sample *samples, int32_t *host_tokens, hr_error *err);
     bool can_sample;
     /* Waits for the oldest deferred step and writes its sampled tokens (NULL
      * where no step is ever deferred). */
@@ -165,18 +166,6 @@ typedef struct {
     hr_status (*read_tensor)(hr_backend *b, const be_tensor *t, int64_t rows,
                              float *host, hr_error *err);
 } hr_backend_ops;
-
-/* Sampling parameters of one output row, for device sampling: the same
- * chain as engine/sampler.c (temperature, top-k, top-p, min-p); the random
- * number of a draw is a function of (seed, step). */
-typedef struct be_sample {
-    float temperature;
-    int32_t top_k;
-    float top_p;
-    float min_p;
-    uint64_t seed;
-    uint64_t step;
-} be_sample;
 
 /* Bytes held by a backend, by part (device memory for cuda, host for cpu). */
 typedef struct be_memory {
@@ -202,13 +191,8 @@ typedef struct {
                              rounded to 8 or 16 bits; matmul.h's EXACT) */
     int32_t device_index; /* cuda */
     hr_dtype compute;     /* cuda: bf16 or f16, weights and matmul inputs */
-    bool attn_naive;      /* cuda: the simple attention kernel instead of flash */
-    bool no_graphs;       /* cuda: launch every kernel instead of replaying a graph */
-    bool no_norm_fold;    /* cuda: keep each norm's weight apart even where it could be
-                             folded into the bf16 matrix after it (weight_create) */
+    hr_tuning tuning;     /* benchmark and diagnostic switches (util/env.h) */
     bool progress;        /* show weight upload progress on stderr */
-    bool skip_upload;     /* cuda: allocate weights but copy nothing (memory and speed
-                             measurements without weight values) */
     uint64_t arena_bytes; /* cuda: the planned device bytes, taken in one allocation (0:
                              one cudaMalloc per piece, for tests) */
     uint64_t host_cap;    /* cpu: refuse allocations past this many bytes (0: no cap) */

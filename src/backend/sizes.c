@@ -128,7 +128,7 @@ uint64_t sizes_workspace(sizes_device d, const be_params *p, const hr_model_info
         const uint64_t A = SIZES_CUDA_ALIGN;
         int64_t att = ck_attention_work_floats(cfg->n_seq_max, in->n_head, in->head_dim,
                                                sizes_cuda_splits(in, cfg), 0);
-        if (p->attn_naive || !sizes_cuda_flash_dh(in->head_dim)) {
+        if (p->tuning.attn_naive || !sizes_cuda_flash_dh(in->head_dim)) {
             int64_t naive = ck_attention_work_floats(cfg->max_rows, in->n_head, in->head_dim, 0,
                                                      (int)max_ctx);
             att = naive > att ? naive : att;

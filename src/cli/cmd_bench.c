@@ -23,6 +23,7 @@
  * (docs/journal/machines.md), so each machine is judged by its own.
  */
 #include "cli/cli.h"
+#include "util/env.h"
 #include "util/error.h"
 
 #include "build_commit.h" /* HR_BUILD_COMMIT: generated at every build (cmake/) */
@@ -303,10 +304,12 @@ int cmd_bench(int argc, char **argv) {
                 hr_engine *e = NULL;
                 hr_engine_params ep = o.ep;
                 ep.dtype = want;
-                ep.attn_naive = attn_v[b] == 1;
-                ep.no_graphs = graph_v[g] == 1;
-                ep.no_overlap = over_v[ov] == 1;
-                ep.no_norm_fold = fold_v[f] == 1;
+                hr_tuning tune = hr_tuning_default();
+                tune.attn_naive = attn_v[b] == 1;
+                tune.no_graphs = graph_v[g] == 1;
+                tune.no_overlap = over_v[ov] == 1;
+                tune.no_norm_fold = fold_v[f] == 1;
+                ep.tuning = &tune;
                 if (hr_engine_create(m, &ep, &e, &err) != HR_OK) {
                     cli_error("%s", err.msg);
                     goto done;

@@ -1,5 +1,6 @@
 /* util.c — option parsing and printing helpers shared by the commands. */
 #include "cli/cli.h"
+#include "util/env.h"
 #include "util/error.h"
 
 #include <errno.h>
@@ -9,8 +10,8 @@
 #include <string.h>
 
 const char *cli_default_model(void) {
-    const char *env = getenv("HEADROOM_MODEL");
-    return env && env[0] ? env : HR_SOURCE_DIR "/models/tiny-shakespeare";
+    const char *env = hr_env_get()->model;
+    return env ? env : HR_SOURCE_DIR "/models/tiny-shakespeare";
 }
 
 void cli_error(const char *fmt, ...) {

@@ -172,11 +172,8 @@ void engine_config(const hr_model *m, const hr_engine_params *p, be_config *cfg,
     *bp = (be_params){.n_threads = p->n_threads,
                       .exact_matmul = p->exact_matmul,
                       .compute = p->dtype,
-                      .attn_naive = p->attn_naive,
-                      .no_graphs = p->no_graphs,
-                      .no_norm_fold = p->no_norm_fold,
-                      .progress = p->progress,
-                      .skip_upload = p->skip_upload};
+                      .tuning = p->tuning ? *p->tuning : hr_tuning_default(),
+                      .progress = p->progress};
     /* cpu: the matrices leave the file mapping for huge-page memory, unless
      * asked not to (a synthetic model's weights are its own memory already) */
     if (p->device == HR_DEVICE_CPU && !p->use_mmap && (m->gguf != NULL || m->st != NULL))
@@ -244,6 +241,8 @@ hr_status hr_engine_create(const hr_model *m, const hr_engine_params *params, hr
     e->model = m;
     e->tok = m->tok;
     e->p = p;
+    e->p.tuning = NULL; /* the caller's; the engine keeps no_overlap, the backend the rest */
+    e->no_overlap = bp.tuning.no_overlap;
     e->plan = plan;
     e->n_ctx = p.n_ctx;
     e->device = dev;
@@ -522,7 +521,7 @@ static void drop_reported(hr_engine *e) {
 /* whether r's step after the in_flight ones queued would run, were none of
  * their tokens a stop */
 static bool overlaps(const hr_engine *e, const engine_request *r, int32_t in_flight) {
-    return e->be->chains && e->be->ops->wait_step && !e->p.no_overlap && e->n_reqs == 1 &&
+    return e->be->chains && e->be->ops->wait_step && !e->no_overlap && e->n_reqs == 1 &&
            r->seq >= 0 && r->finish == HR_FINISH_NONE && !r->cancel &&
            r->params.repeat_penalty == 1.0f && r->n_tokens - r->n_cached == in_flight &&
            (r->max_new < 0 || r->n_gen + in_flight + 1 <= r->max_new) &&

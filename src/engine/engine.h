@@ -48,7 +48,8 @@ typedef struct {
 struct hr_engine {
     const hr_model *model;
     const hr_tokenizer *tok;
-    hr_engine_params p;
+    hr_engine_params p;           /* as resolved (p.tuning not kept: the caller's) */
+    bool no_overlap;              /* hr_tuning's */
     hr_plan plan;                 /* what was planned (and taken) at create */
     hr_device device;
     const be_device *dev;         /* its entry in the registry (backend/registry.h) */

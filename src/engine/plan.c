@@ -46,7 +46,7 @@ static void plan_at(const hr_model *m, const hr_engine_params *p, hr_plan *out) 
     out->activations = mem.activations;
     out->workspace = mem.workspace;
     out->graphs =
-        d == SIZES_CUDA && !p->no_graphs ? SIZES_CUDA_MAX_GRAPHS * SIZES_CUDA_GRAPH : 0;
+        d == SIZES_CUDA && !bp.tuning.no_graphs ? SIZES_CUDA_MAX_GRAPHS * SIZES_CUDA_GRAPH : 0;
     out->runtime = d == SIZES_CUDA ? SIZES_CUDA_RUNTIME : SIZES_CPU_RUNTIME;
     out->total = out->weights + out->weights_mapped + out->kv + out->activations +
                  out->workspace + out->graphs + out->runtime;

@@ -8,6 +8,7 @@
  */
 #include "engine/sampler.h"
 
+#include "backend/sample_params.h" /* be_sample_is_greedy */
 #include "util/alloc.h"
 #include "util/error.h"
 
@@ -40,7 +41,7 @@ static uint64_t xoshiro(uint64_t s[4]) {
 static double uniform(uint64_t s[4]) { return (double)(xoshiro(s) >> 11) * 0x1.0p-53; }
 
 bool sampler_is_greedy(const hr_sampling_params *p) {
-    return !(p->temperature > 0.0f) || p->top_k == 1;
+    return be_sample_is_greedy(p->temperature, p->top_k);
 }
 
 hr_status sampler_init(sampler *s, const hr_sampling_params *p, hr_error *err) {

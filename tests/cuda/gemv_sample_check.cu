@@ -574,7 +574,7 @@ static std::vector<double> cpu_probs(const std::vector<float> &l, const Cfg &c) 
 
 /* Runs ck_sample on n rows (row r = logits of rows[r % rows.size()]). */
 static std::vector<int32_t> run_sample(const std::vector<std::vector<float>> &rows, int n,
-                                       const std::vector<ck_sample_params> &params) {
+                                       const std::vector<be_sample> &params) {
     const int V = (int)rows[0].size();
     const int64_t ld = (int64_t)V + 3;
     std::vector<float> h((size_t)(n * ld), 0.0f);
@@ -582,12 +582,12 @@ static std::vector<int32_t> run_sample(const std::vector<std::vector<float>> &ro
         memcpy(&h[(size_t)(r * ld)], rows[r % rows.size()].data(), (size_t)V * 4);
     float *d_l;
     int32_t *d_t;
-    ck_sample_params *d_p;
+    be_sample *d_p;
     CK(cudaMalloc(&d_l, h.size() * 4));
     CK(cudaMalloc(&d_t, (size_t)(n + 16) * 4));
-    CK(cudaMalloc(&d_p, (size_t)n * sizeof(ck_sample_params)));
+    CK(cudaMalloc(&d_p, (size_t)n * sizeof(be_sample)));
     CK(cudaMemcpy(d_l, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_p, params.data(), (size_t)n * sizeof(ck_sample_params),
+    CK(cudaMemcpy(d_p, params.data(), (size_t)n * sizeof(be_sample),
                   cudaMemcpyHostToDevice));
     CK(cudaMemset(d_t, 0xAB, (size_t)(n + 16) * 4));
     ck_sample(0, d_t, d_l, ld, n, V, d_p, nullptr, nullptr);
@@ -610,8 +610,8 @@ static std::vector<int32_t> run_sample(const std::vector<std::vector<float>> &ro
     return t;
 }
 
-static ck_sample_params make_params(const Cfg &c, uint64_t seed, uint64_t step) {
-    ck_sample_params p;
+static be_sample make_params(const Cfg &c, uint64_t seed, uint64_t step) {
+    be_sample p;
     p.temperature = c.temperature;
     p.top_k = c.top_k;
     p.top_p = c.top_p;
@@ -675,7 +675,7 @@ static void greedy_checks(void) {
         const Cfg greedy_cfgs[] = {{0.0f, 0, 1.0f, 0.0f},  {-1.0f, 40, 0.9f, 0.1f},
                                    {0.7f, 1, 1.0f, 0.0f},  {1.3f, 1, 0.5f, 0.2f}};
         for (const Cfg &c : greedy_cfgs) {
-            std::vector<ck_sample_params> params;
+            std::vector<be_sample> params;
             for (int r = 0; r < 16; r++)
                 params.push_back(make_params(c, 1000 + r, r));
             std::vector<int32_t> t = run_sample(rows, 16, params);
@@ -718,7 +718,7 @@ static void kept_set_checks(void) {
             for (const Cfg &c : cfgs) {
                 std::vector<char> allowed, strict;
                 cpu_kept(rows[0], c, allowed, strict);
-                std::vector<ck_sample_params> params;
+                std::vector<be_sample> params;
                 for (int r = 0; r < n; r++)
                     params.push_back(make_params(c, 77 + r, 3 * r));
                 std::vector<int32_t> t = run_sample(rows, n, params);
@@ -752,7 +752,7 @@ static void kept_set_checks(void) {
         for (int k : {1, 2, 17, 999, 2049, 4000}) {
             if (k >= V)
                 continue;
-            std::vector<ck_sample_params> params;
+            std::vector<be_sample> params;
             for (int r = 0; r < n; r++)
                 params.push_back(make_params({1.0f, k, 1.0f, 0.0f}, 5 + r, r));
             std::vector<int32_t> t = run_sample(rows, n, params);
@@ -773,7 +773,7 @@ static void frequency_check(int V, const Cfg &c, int n_draw, Rng &g) {
     for (auto &v : l)
         v = (float)(1.5 * g.normal());
     std::vector<double> p = cpu_probs(l, c);
-    std::vector<ck_sample_params> params;
+    std::vector<be_sample> params;
     for (int r = 0; r < n_draw; r++)
         params.push_back(make_params(c, 12345, (uint64_t)r));
     std::vector<int32_t> t = run_sample({l}, n_draw, params);
@@ -837,7 +837,7 @@ static void distribution_checks(void) {
     std::vector<float> l(1000);
     for (auto &v : l)
         v = (float)(0.5 * g.normal());
-    std::vector<ck_sample_params> params;
+    std::vector<be_sample> params;
     for (int r = 0; r < 256; r++)
         params.push_back(make_params({1.0f, 0, 1.0f, 0.0f}, 31337, (uint64_t)r));
     std::vector<int32_t> a = run_sample({l}, 256, params), b = run_sample({l}, 256, params);
@@ -884,20 +884,20 @@ static void graph_check(void) {
         v = rand_ck(g, CK_BF16);
     for (auto &v : x)
         v = rand_ck(g, CK_BF16);
-    std::vector<ck_sample_params> params = {make_params({0.9f, 40, 0.9f, 0.0f}, 1, 2),
+    std::vector<be_sample> params = {make_params({0.9f, 40, 0.9f, 0.0f}, 1, 2),
                                             make_params({1.0f, 0, 1.0f, 0.0f}, 3, 4)};
     uint16_t *d_W, *d_x;
     float *d_y;
     int32_t *d_t;
-    ck_sample_params *d_p;
+    be_sample *d_p;
     CK(cudaMalloc(&d_W, W.size() * 2));
     CK(cudaMalloc(&d_x, x.size() * 2));
     CK(cudaMalloc(&d_y, (size_t)n * N * 4));
     CK(cudaMalloc(&d_t, (size_t)n * 4));
-    CK(cudaMalloc(&d_p, params.size() * sizeof(ck_sample_params)));
+    CK(cudaMalloc(&d_p, params.size() * sizeof(be_sample)));
     CK(cudaMemcpy(d_W, W.data(), W.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_x, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_p, params.data(), params.size() * sizeof(ck_sample_params),
+    CK(cudaMemcpy(d_p, params.data(), params.size() * sizeof(be_sample),
                   cudaMemcpyHostToDevice));
     cudaStream_t s;
     CK(cudaStreamCreate(&s));
@@ -956,17 +956,17 @@ static void sample_timing(void) {
                     h[(size_t)r * V + g.below(V)] = 12.0f + (float)j;
             float *d_l;
             int32_t *d_t;
-            ck_sample_params *d_p;
+            be_sample *d_p;
             CK(cudaMalloc(&d_l, h.size() * 4));
             CK(cudaMalloc(&d_t, (size_t)n * 4));
-            CK(cudaMalloc(&d_p, (size_t)n * sizeof(ck_sample_params)));
+            CK(cudaMalloc(&d_p, (size_t)n * sizeof(be_sample)));
             CK(cudaMemcpy(d_l, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
             printf("  V=%6d n=%d:", V, n);
             for (const Cfg &c : cfgs) {
-                std::vector<ck_sample_params> params;
+                std::vector<be_sample> params;
                 for (int r = 0; r < n; r++)
                     params.push_back(make_params(c, 9, (uint64_t)r));
-                CK(cudaMemcpy(d_p, params.data(), params.size() * sizeof(ck_sample_params),
+                CK(cudaMemcpy(d_p, params.data(), params.size() * sizeof(be_sample),
                               cudaMemcpyHostToDevice));
                 cudaEvent_t e0, e1;
                 CK(cudaEventCreate(&e0));

@@ -7,6 +7,7 @@
  */
 #include "backend/cpu/cpu_features.h"
 
+#include "util/env.h"
 #include "util/log.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -57,8 +58,8 @@ static cpu_level detect(void) {
 static void detect_init(void) {
     level_supported = detect();
     cpu_level active = level_supported;
-    const char *env = getenv("HEADROOM_CPU");
-    if (env != NULL && env[0] != '\0') {
+    const char *env = hr_env_get()->cpu;
+    if (env != NULL) {
         cpu_level want;
         if (!cpu_level_from_name(env, &want)) {
             HR_LOG_W("HEADROOM_CPU=%s is not one of ref, avx2, avx512; using %s", env,

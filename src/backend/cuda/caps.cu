@@ -29,6 +29,7 @@
  * shared memory), prefill 24.3k against 23.0-23.4k tok/s.
  */
 #include "backend/cuda/common.cuh"
+#include "util/env.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -63,13 +64,11 @@ void caps_read(void) {
     (void)cudaFuncGetAttributes(&fa, probe_kernel);
     (void)cudaGetLastError(); /* no device, or no image for it: the generic path */
     caps.ptx = fa.ptxVersion;
-    const char *fb = getenv("HEADROOM_CUDA_ARCH_FALLBACK");
-    const int forced = fb ? atoi(fb) : 0;
+    const int forced = hr_env_get()->cuda_arch_fallback;
     const int emulated = emulated_smem(forced);
     caps.smem_block = emulated > 0 && emulated < smem ? emulated : smem;
     caps.hopper = caps.major >= 9 && caps.ptx >= 90 && forced == 0;
-    const char *wg = getenv("HEADROOM_CUDA_WGMMA");
-    caps.wgmma = caps.hopper && caps.major == 9 && caps.minor == 0 && !(wg && wg[0] == '0');
+    caps.wgmma = caps.hopper && caps.major == 9 && caps.minor == 0 && !hr_env_get()->cuda_wgmma_off;
     caps.path = caps.hopper ? "hopper" : "generic";
 }
 

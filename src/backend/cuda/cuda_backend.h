@@ -1,7 +1,7 @@
 /*
  * cuda_backend.h — the CUDA backend as the rest of the library sees it:
- * plain C, no CUDA headers. The ops themselves are in cuda_backend.c (host
- * side) and the *.cu kernels behind kernels.h.
+ * plain C, no CUDA headers. The host side is cuda_backend.c and the files
+ * it lists; the kernels are the *.cu files behind kernels.h.
  */
 #ifndef HR_BACKEND_CUDA_CUDA_BACKEND_H
 #define HR_BACKEND_CUDA_CUDA_BACKEND_H

@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_profile.h"
 
 #include "util/alloc.h"
+#include "util/env.h"
 #include "util/log.h"
 
 #include <stdbool.h>
@@ -39,8 +40,7 @@ struct cuda_profile {
 
 hr_status cuda_profile_create(cuda_profile **out, hr_error *err) {
     *out = NULL;
-    const char *env = getenv("HEADROOM_CUDA_PROFILE");
-    if (!env || !*env || strcmp(env, "0") == 0)
+    if (!hr_env_get()->cuda_profile)
         return HR_OK;
     cuda_profile *p = hr_calloc(1, sizeof *p);
     if (!p)

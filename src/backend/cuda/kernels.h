@@ -23,6 +23,8 @@
 #ifndef HR_BACKEND_CUDA_KERNELS_H
 #define HR_BACKEND_CUDA_KERNELS_H
 
+#include "backend/sample_params.h"
+
 #include <cuda_runtime.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -315,15 +317,6 @@ void ck_pstep_run(cudaStream_t s, const ck_pstep_op *ops, int n_op, int max_k, u
 
 /* ---- sampling (sample.cu) */
 
-typedef struct {
-    float temperature; /* <= 0: greedy */
-    int32_t top_k;     /* 0: off */
-    float top_p;       /* 1: off */
-    float min_p;       /* 0: off */
-    uint64_t seed;     /* with step, picks the random number of this draw */
-    uint64_t step;
-} ck_sample_params;
-
 /* tokens[i] = a draw from row i of logits (n, V) f32 with params[i]
  * (temperature, then top-k, top-p, min-p, as the CPU sampler orders them).
  * work: ck_sample_work_bytes(n, V) bytes. Logits are not modified. tokens
@@ -331,7 +324,7 @@ typedef struct {
  * its params once and writes one id). chain: NULL, or (n == 1) the step
  * advance above. */
 void ck_sample(cudaStream_t s, int32_t *tokens, const float *logits, int64_t ld, int n, int V,
-               const ck_sample_params *params, void *work, const ck_chain *chain);
+               const be_sample *params, void *work, const ck_chain *chain);
 size_t ck_sample_work_bytes(int n, int V);
 
 /* ---- the device's read bandwidth (bandwidth.cu) */

@@ -89,6 +89,7 @@
  * its figures and timelines: docs/journal/decode-step.md.
  */
 #include "backend/cuda/common.cuh"
+#include "util/env.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -1225,7 +1226,7 @@ uint64_t *timeline_begin(cudaStream_t s, int blocks) {
     if (!timeline.parsed) {
         timeline.parsed = true;
         timeline.step = -1;
-        const char *e = getenv("HEADROOM_CUDA_PSTEP_TIMELINE");
+        const char *e = hr_env_get()->cuda_pstep_timeline;
         if (e && sscanf(e, "%d:%511s", &timeline.step, timeline.file) != 2)
             timeline.step = -1;
     }
@@ -1313,7 +1314,7 @@ template <class T, int EPL, bool kFolded> bool pstep_fits(int max_k) {
 }
 
 /* The kernel forms of head size 32 x EPL: bf16 has both (which one runs
- * depends on the step's norms); f16 folds no norm (cuda_backend.c's
+ * depends on the step's norms); f16 folds no norm (cuda_upload.c's
  * fold_norm), so only the form that loads them is built for it, and it is
  * right for any program. */
 template <int EPL> bool pstep_forms_fit(ck_dtype dt, int max_k) {

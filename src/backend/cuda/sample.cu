@@ -607,9 +607,9 @@ __device__ void emit(int32_t *tokens, int token, const ck_chain &ch, int count) 
 
 __global__ void __launch_bounds__(kThreads, 1)
     sample_kernel(int32_t *__restrict__ tokens, const float *__restrict__ logits, int64_t ld, int V,
-                  const ck_sample_params *__restrict__ params, ck_chain ch) {
+                  const be_sample *__restrict__ params, ck_chain ch) {
     __shared__ Smem sm;
-    const ck_sample_params p = params[blockIdx.x];
+    const be_sample p = params[blockIdx.x];
     const int count = ch.tok ? *ch.count : 0;
     Row r;
     r.l = logits + (int64_t)blockIdx.x * ld;
@@ -626,7 +626,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         return;
     }
     /* NaN temperature is greedy too */
-    if (!(p.temperature > 0.0f) || p.top_k == 1 || !isfinite(r.lmax)) {
+    if (be_sample_is_greedy(p.temperature, p.top_k) || !isfinite(r.lmax)) {
         if (threadIdx.x == 0)
             emit(tokens, r.amax, ch, count);
         return;
@@ -684,7 +684,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 } // namespace
 
 extern "C" void ck_sample(cudaStream_t s, int32_t *tokens, const float *logits, int64_t ld, int n,
-                          int V, const ck_sample_params *params, void *work,
+                          int V, const be_sample *params, void *work,
                           const ck_chain *chain) {
     (void)work; /* everything lives in shared memory (see ck_sample_work_bytes) */
     if (n <= 0 || V <= 0)
