@@ -29,28 +29,14 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define AI static inline __attribute__((always_inline))
-
 /* ====================================================================== */
 /* 32 weights -> four ymm of f32                                          */
 /* ====================================================================== */
-
-AI __m128i ldu128(const void *p) {
-    return _mm_loadu_si128((const __m128i *)p);
-}
 
 /* 16 signed bytes -> two ymm of f32 (bytes 0..7, 8..15). */
 AI void cvt_i8x16(__m128i v, __m256 *a, __m256 *b) {
     *a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
     *b = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v, v)));
-}
-
-/* Byte i = 0xff where bit i of `bits` (16 bits) is set. */
-AI __m128i bits_to_bytes(uint32_t bits) {
-    const __m128i sel = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const __m128i bit = _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
-    __m128i v = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)(bits & 0xffff)), sel);
-    return _mm_cmpeq_epi8(_mm_and_si128(v, bit), bit);
 }
 
 /* 8 unsigned bytes (low half of v) -> 8 floats. */
@@ -59,202 +45,27 @@ AI __m256 cvt_u8x8(__m128i v) {
 }
 
 /* K-quant super-block sb of a row: per 16-element sixteenth l, the f32 scale
- * h[l] and the negated min h[16 + l] exactly as the reference forms them
- * (d * sc, dmin * mn: exact products). */
+ * h[l] and the negated min h[16 + l] (k_scales). The products come before
+ * the stores: interleaved, the K-quant decode lost 2-3%. */
 AI void khdr(hr_dtype dt, const uint8_t *row, int64_t sb, float h[32]) {
-    __m256 d[2], m[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    switch (dt) {
-    case HR_DTYPE_Q2_K: {
-        const block_q2_K *b = (const block_q2_K *)(const void *)row + sb;
-        const __m128i s = ldu128(b->scales), m4 = _mm_set1_epi8(15);
-        const __m128i lo = _mm_and_si128(s, m4), hi = _mm_and_si128(_mm_srli_epi16(s, 4), m4);
-        const __m256 vd = _mm256_set1_ps(f16s(b->d)), vm = _mm256_set1_ps(f16s(b->dmin));
-        d[0] = _mm256_mul_ps(cvt_u8x8(lo), vd);
-        d[1] = _mm256_mul_ps(cvt_u8x8(_mm_unpackhi_epi64(lo, lo)), vd);
-        m[0] = _mm256_mul_ps(cvt_u8x8(hi), vm);
-        m[1] = _mm256_mul_ps(cvt_u8x8(_mm_unpackhi_epi64(hi, hi)), vm);
-        break;
+    const kscales k = k_scales(dt, row, sb);
+    const __m256 vd = _mm256_set1_ps(k.d), vm = _mm256_set1_ps(k.dmin);
+    __m256 d0, d1;
+    if (k.sgn) {
+        cvt_i8x16(k.sc, &d0, &d1);
+    } else {
+        d0 = cvt_u8x8(k.sc);
+        d1 = cvt_u8x8(_mm_unpackhi_epi64(k.sc, k.sc));
     }
-    case HR_DTYPE_Q3_K: {
-        const block_q3_K *b = (const block_q3_K *)(const void *)row + sb;
-        const __m128i s = _mm_sub_epi8(q3_scales(b->scales), _mm_set1_epi8(32));
-        const __m256 vd = _mm256_set1_ps(f16s(b->d));
-        __m256 a, c;
-        cvt_i8x16(s, &a, &c);
-        d[0] = _mm256_mul_ps(a, vd);
-        d[1] = _mm256_mul_ps(c, vd);
-        break;
-    }
-    case HR_DTYPE_Q4_K:
-    case HR_DTYPE_Q5_K: {
-        const uint8_t *blk =
-            row + (size_t)sb * (dt == HR_DTYPE_Q5_K ? sizeof(block_q5_K) : sizeof(block_q4_K));
-        uint16_t hd, hm;
-        memcpy(&hd, blk, 2);
-        memcpy(&hm, blk + 2, 2);
-        uint64_t sc, mn;
-        k4_scales(blk + 4, &sc, &mn);
-        /* sub-block j of 32 covers sixteenths 2j and 2j+1 */
-        __m128i vs = _mm_cvtsi64_si128((long long)sc), vm = _mm_cvtsi64_si128((long long)mn);
-        vs = _mm_unpacklo_epi8(vs, vs);
-        vm = _mm_unpacklo_epi8(vm, vm);
-        const __m256 fd = _mm256_set1_ps(f16s(hd)), fm = _mm256_set1_ps(f16s(hm));
-        d[0] = _mm256_mul_ps(cvt_u8x8(vs), fd);
-        d[1] = _mm256_mul_ps(cvt_u8x8(_mm_unpackhi_epi64(vs, vs)), fd);
-        m[0] = _mm256_mul_ps(cvt_u8x8(vm), fm);
-        m[1] = _mm256_mul_ps(cvt_u8x8(_mm_unpackhi_epi64(vm, vm)), fm);
-        break;
-    }
-    case HR_DTYPE_Q6_K: {
-        const block_q6_K *b = (const block_q6_K *)(const void *)row + sb;
-        const __m256 vd = _mm256_set1_ps(f16s(b->d));
-        __m256 a, c;
-        cvt_i8x16(ldu128(b->scales), &a, &c);
-        d[0] = _mm256_mul_ps(a, vd);
-        d[1] = _mm256_mul_ps(c, vd);
-        break;
-    }
-    default:
-        return;
-    }
+    d0 = _mm256_mul_ps(d0, vd);
+    d1 = _mm256_mul_ps(d1, vd);
+    const __m256 m0 = _mm256_mul_ps(cvt_u8x8(k.mn), vm);
+    const __m256 m1 = _mm256_mul_ps(cvt_u8x8(_mm_unpackhi_epi64(k.mn, k.mn)), vm);
     const __m256 z = _mm256_setzero_ps();
-    _mm256_storeu_ps(h, d[0]);
-    _mm256_storeu_ps(h + 8, d[1]);
-    _mm256_storeu_ps(h + 16, _mm256_sub_ps(z, m[0]));
-    _mm256_storeu_ps(h + 24, _mm256_sub_ps(z, m[1]));
-}
-
-/* Quantized dtypes: the signed integer codes of elements [32j, 32j + 32) of
- * a row (lo: the first 16, hi: the last 16) and, per 16-element half, the
- * scale and min that make w = sc * code + mn exactly as the reference
- * dequantizer computes it (mn = 0: w = sc * code). h: khdr() of the
- * super-block for K-quants. */
-typedef struct {
-    __m128i lo, hi;
-    float sc[2], mn[2];
-} codes32;
-
-AI codes32 get_codes32(hr_dtype dt, const uint8_t *row, int64_t j, const float *h) {
-    const __m128i m4 = _mm_set1_epi8(15), z = _mm_setzero_si128();
-    const int s = (int)(j % 8); /* K-quants: step within the super-block */
-    codes32 c = {.mn = {0.0f, 0.0f}};
-    switch (dt) {
-    case HR_DTYPE_Q8_0: {
-        const block_q8_0 *b = (const block_q8_0 *)(const void *)row + j;
-        c.lo = ldu128(b->qs);
-        c.hi = ldu128(b->qs + 16);
-        c.sc[0] = c.sc[1] = f16s(b->d);
-        break;
-    }
-    case HR_DTYPE_Q4_0: {
-        const block_q4_0 *b = (const block_q4_0 *)(const void *)row + j;
-        const __m128i q = ldu128(b->qs), b8 = _mm_set1_epi8(8);
-        c.lo = _mm_sub_epi8(_mm_and_si128(q, m4), b8);
-        c.hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), b8);
-        c.sc[0] = c.sc[1] = f16s(b->d);
-        break;
-    }
-    case HR_DTYPE_Q4_1: {
-        const block_q4_1 *b = (const block_q4_1 *)(const void *)row + j;
-        const __m128i q = ldu128(b->qs);
-        c.lo = _mm_and_si128(q, m4);
-        c.hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
-        c.sc[0] = c.sc[1] = f16s(b->d);
-        c.mn[0] = c.mn[1] = f16s(b->m);
-        break;
-    }
-    case HR_DTYPE_Q5_0:
-    case HR_DTYPE_Q5_1: {
-        const bool one = dt == HR_DTYPE_Q5_1;
-        const uint8_t *blk = row + (size_t)j * (one ? sizeof(block_q5_1) : sizeof(block_q5_0));
-        const uint8_t *qh = blk + (one ? 4 : 2), *qs = qh + 4;
-        uint16_t hd, hm = 0;
-        uint32_t hb;
-        memcpy(&hd, blk, 2);
-        if (one)
-            memcpy(&hm, blk + 2, 2);
-        memcpy(&hb, qh, 4);
-        const __m128i q = ldu128(qs), b16 = _mm_set1_epi8(16);
-        const __m128i off = _mm_set1_epi8(one ? 0 : 16);
-        __m128i lo = _mm_and_si128(q, m4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
-        c.lo = _mm_sub_epi8(_mm_add_epi8(lo, _mm_and_si128(bits_to_bytes(hb), b16)), off);
-        c.hi = _mm_sub_epi8(_mm_add_epi8(hi, _mm_and_si128(bits_to_bytes(hb >> 16), b16)), off);
-        c.sc[0] = c.sc[1] = f16s(hd);
-        if (one)
-            c.mn[0] = c.mn[1] = f16s(hm);
-        break;
-    }
-    case HR_DTYPE_Q2_K: {
-        const block_q2_K *b = (const block_q2_K *)(const void *)row + j / 8;
-        const __m128i sh = _mm_cvtsi32_si128(2 * (s % 4)), m2 = _mm_set1_epi8(3);
-        const uint8_t *q = b->qs + 32 * (s / 4);
-        c.lo = _mm_and_si128(_mm_srl_epi16(ldu128(q), sh), m2);
-        c.hi = _mm_and_si128(_mm_srl_epi16(ldu128(q + 16), sh), m2);
-        c.sc[0] = h[2 * s], c.sc[1] = h[2 * s + 1];
-        c.mn[0] = h[16 + 2 * s], c.mn[1] = h[17 + 2 * s];
-        break;
-    }
-    case HR_DTYPE_Q3_K: {
-        const block_q3_K *b = (const block_q3_K *)(const void *)row + j / 8;
-        const __m128i sh = _mm_cvtsi32_si128(2 * (s % 4)), m2 = _mm_set1_epi8(3);
-        const uint8_t *q = b->qs + 32 * (s / 4);
-        const __m128i bit = _mm_set1_epi8((char)(1 << s)), b4 = _mm_set1_epi8(4);
-        const __m128i lo = _mm_and_si128(_mm_srl_epi16(ldu128(q), sh), m2);
-        const __m128i hi = _mm_and_si128(_mm_srl_epi16(ldu128(q + 16), sh), m2);
-        /* q = low - 4 unless the hmask bit is set */
-        c.lo = _mm_sub_epi8(lo, _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(ldu128(b->hmask), bit), z), b4));
-        c.hi = _mm_sub_epi8(
-            hi, _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(ldu128(b->hmask + 16), bit), z), b4));
-        c.sc[0] = h[2 * s], c.sc[1] = h[2 * s + 1];
-        break;
-    }
-    case HR_DTYPE_Q4_K:
-    case HR_DTYPE_Q5_K: {
-        const bool five = dt == HR_DTYPE_Q5_K;
-        const uint8_t *blk = row + (size_t)(j / 8) * (five ? sizeof(block_q5_K) : sizeof(block_q4_K));
-        const uint8_t *qh = blk + 4 + QUANT_K_SCALE_BYTES;
-        const uint8_t *qs = five ? qh + 32 : qh;
-        const __m128i sh = _mm_cvtsi32_si128(4 * (s % 2));
-        const uint8_t *q = qs + 32 * (s / 2);
-        c.lo = _mm_and_si128(_mm_srl_epi16(ldu128(q), sh), m4);
-        c.hi = _mm_and_si128(_mm_srl_epi16(ldu128(q + 16), sh), m4);
-        if (five) {
-            const __m128i bit = _mm_set1_epi8((char)(1 << s)), b16 = _mm_set1_epi8(16);
-            c.lo = _mm_add_epi8(c.lo, _mm_andnot_si128(_mm_cmpeq_epi8(_mm_and_si128(ldu128(qh), bit), z), b16));
-            c.hi = _mm_add_epi8(
-                c.hi, _mm_andnot_si128(_mm_cmpeq_epi8(_mm_and_si128(ldu128(qh + 16), bit), z), b16));
-        }
-        c.sc[0] = c.sc[1] = h[2 * s];
-        c.mn[0] = c.mn[1] = h[16 + 2 * s];
-        break;
-    }
-    case HR_DTYPE_Q6_K: {
-        const block_q6_K *b = (const block_q6_K *)(const void *)row + j / 8;
-        const int half = s / 4, quarter = s % 4;
-        const uint8_t *ql = b->ql + 64 * half + 32 * (quarter & 1);
-        const uint8_t *qh = b->qh + 32 * half;
-        const __m128i shl = _mm_cvtsi32_si128(4 * (quarter >> 1));
-        const __m128i shh = _mm_cvtsi32_si128(2 * quarter);
-        const __m128i m2 = _mm_set1_epi8(3), b32 = _mm_set1_epi8(32);
-        const __m128i lo = _mm_and_si128(_mm_srl_epi16(ldu128(ql), shl), m4);
-        const __m128i hi = _mm_and_si128(_mm_srl_epi16(ldu128(ql + 16), shl), m4);
-        const __m128i hl = _mm_and_si128(_mm_srl_epi16(ldu128(qh), shh), m2);
-        const __m128i hh = _mm_and_si128(_mm_srl_epi16(ldu128(qh + 16), shh), m2);
-        c.lo = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hl, 4)), b32);
-        c.hi = _mm_sub_epi8(_mm_or_si128(hi, _mm_slli_epi16(hh, 4)), b32);
-        c.sc[0] = h[2 * s], c.sc[1] = h[2 * s + 1];
-        break;
-    }
-    default:
-        HR_ASSERT(0 && "codes32: not a quantized weight dtype");
-    }
-    return c;
-}
-
-/* Formats whose weights carry a min (w = sc * code + mn). */
-AI bool has_min(hr_dtype dt) {
-    return dt == HR_DTYPE_Q4_1 || dt == HR_DTYPE_Q5_1 || dt == HR_DTYPE_Q2_K || dt == HR_DTYPE_Q4_K ||
-           dt == HR_DTYPE_Q5_K;
+    _mm256_storeu_ps(h, d0);
+    _mm256_storeu_ps(h + 8, d1);
+    _mm256_storeu_ps(h + 16, _mm256_sub_ps(z, m0));
+    _mm256_storeu_ps(h + 24, _mm256_sub_ps(z, m1));
 }
 
 /* Elements [32j, 32j + 32) of a weight row of dtype dt as f32, bit-identical
@@ -506,16 +317,7 @@ static void quantize(const float *x, int64_t K, int64_t k0, int64_t k1,
                      void *const out[CPU_XQ_LAYOUT_COUNT], float *xh) {
     HR_ASSERT(k0 % CPU_XQ_PAD == 0 && k1 % CPU_XQ_PAD == 0 && k1 <= cpu_xq_kp(K));
     int pos32[CPU_XQ_LAYOUT_COUNT][16], pos16[CPU_XQ_LAYOUT_COUNT][16];
-    for (int l = 0; l < CPU_XQ_LAYOUT_COUNT; l++) {
-        for (int lane = 0; lane < 16; lane++)
-            pos32[l][lane] = pos16[l][lane] = lane;
-        for (int lane = 0; lane < 16; lane++) {
-            if (l == CPU_XQ_QUAD)
-                pos32[l][cpu_xq_lane((cpu_xq_layout)l, lane)] = lane;
-            if (l == CPU_XQ_NATURAL || l == CPU_XQ_K4)
-                pos16[l][cpu_xq_lane((cpu_xq_layout)l, lane)] = lane;
-        }
-    }
+    xq_positions(pos32, pos16);
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t ib = k0 / 32; ib < k1 / 32; ib++) {
         int32_t q[32] = {0};
@@ -557,19 +359,7 @@ static void quantize(const float *x, int64_t K, int64_t k0, int64_t k1,
             for (int i = 0; i < 32; i++)
                 codes[cpu_xq_pos((cpu_xq_layout)l, 32 * ib + i)] =
                     biased ? (int8_t)(uint8_t)(c[i] + 128) : c[i];
-            float *d = (float *)(void *)cpu_xq_d(codes, K);
-            int32_t *s32 = (int32_t *)(void *)cpu_xq_s32(codes, K);
-            float *d16 = (float *)(void *)cpu_xq_d16(codes, K);
-            int32_t *s16 = (int32_t *)(void *)cpu_xq_s16(codes, K);
-            const int64_t at32 = ib - ib % 16 + pos32[l][ib % 16];
-            d[at32] = dv;
-            s32[at32] = s_lo + s_hi;
-            for (int h = 0; h < 2; h++) {
-                const int64_t ih = 2 * ib + h;
-                const int64_t at16 = ih - ih % 16 + pos16[l][ih % 16];
-                d16[at16] = dv;
-                s16[at16] = h ? s_hi : s_lo;
-            }
+            xq_put_sums(codes, K, pos32[l], pos16[l], ib, dv, s_lo, s_hi);
         }
     }
 }
@@ -682,10 +472,9 @@ DEF_GEMV_FAST(gemv_fast_q6_K, HR_DTYPE_Q6_K)
 /* EXACT prefill: blocked f32 GEMM                                        */
 /* ====================================================================== */
 /*
- * As in matmul_avx512.c with a 6x16 microkernel (12 ymm accumulators; per k
- * two weight loads, 6 broadcasts, 12 FMAs): a thread converts a tile of at
- * most GEMM_NC weight rows, one KC-slice at a time, into panels [k][16] and
- * runs every 6-row activation panel (packed once per call) against them.
+ * matmul_simd.h's driver (gemm_f32_run) with a 6x16 microkernel (12 ymm
+ * accumulators; per k two weight loads, 6 broadcasts, 12 FMAs): weight
+ * panels [k][16], activation panels [k][6].
  */
 
 #define GEMM_MR 6
@@ -776,46 +565,14 @@ static void pack_w(const float *t, int64_t ld, int64_t kp, float *wp) {
     }
 }
 
-static size_t gemm_tscratch(void) {
-    return (size_t)GEMM_NC * GEMM_KC * 4 + (size_t)GEMM_NR * GEMM_KC * 4 + 64;
-}
+static const gemm_f32 gemm_f32_avx2 = {
+    .mr = GEMM_MR, .nr = GEMM_NR, .kc = GEMM_KC, .nc = GEMM_NC,
+    .to_f32 = to_f32, .pack_w = pack_w, .ukernel = ukernel_mr,
+};
 
 static void gemm_exact(const cpu_mm_args *a, const cpu_mat *m, int64_t r0, int64_t r1, float *y,
                        int64_t ldy, void *ts) {
-    const int64_t K = a->K, n_rows = r1 - r0;
-    HR_ASSERT(n_rows <= GEMM_NC);
-    const hr_dtype dt = m->dtype;
-    const size_t wrb = cpu_mm_row_bytes(dt, K);
-    float *wp = (float *)(((uintptr_t)ts + 63) & ~(uintptr_t)63);
-    float *rows = wp + GEMM_NC * GEMM_KC;
-    const size_t xpanel = (size_t)GEMM_MR * (size_t)cpu_mm_kpad(K);
-    const int64_t n_panels = (n_rows + GEMM_NR - 1) / GEMM_NR;
-    for (int64_t kc = 0; kc < K; kc += GEMM_KC) {
-        const int64_t kl = K - kc < GEMM_KC ? K - kc : GEMM_KC;
-        const int64_t kp = (kl + 15) / 16 * 16;
-        for (int64_t p = 0; p < n_panels; p++) {
-            for (int i = 0; i < GEMM_NR; i++) {
-                const int64_t r = r0 + GEMM_NR * p + i;
-                float *dst = rows + (int64_t)i * GEMM_KC;
-                if (r < r1) {
-                    to_f32(dt, (const uint8_t *)m->data + (size_t)r * wrb, kc, kl, dst);
-                    memset(dst + kl, 0, sizeof(float) * (size_t)(kp - kl));
-                } else {
-                    memset(dst, 0, sizeof(float) * (size_t)kp);
-                }
-            }
-            pack_w(rows, GEMM_KC, kp, wp + p * GEMM_NR * GEMM_KC);
-        }
-        for (int64_t b = 0; b < a->B; b += GEMM_MR) {
-            const int mr = a->B - b >= GEMM_MR ? GEMM_MR : (int)(a->B - b);
-            const float *xp = a->xpack + (size_t)(b / GEMM_MR) * xpanel + (size_t)kc * GEMM_MR;
-            for (int64_t p = 0; p < n_panels; p++) {
-                const int nr = n_rows - GEMM_NR * p >= GEMM_NR ? GEMM_NR : (int)(n_rows - GEMM_NR * p);
-                ukernel_mr(mr, kp, xp, wp + p * GEMM_NR * GEMM_KC, y + b * ldy + GEMM_NR * p, ldy, nr,
-                           kc == 0);
-            }
-        }
-    }
+    gemm_f32_run(gemm_f32_avx2, a, m, r0, r1, y, ldy, ts);
 }
 
 /* ====================================================================== */
@@ -824,7 +581,7 @@ static void gemm_exact(const cpu_mm_args *a, const cpu_mat *m, int64_t r0, int64
 
 static size_t tscratch_bytes(int64_t max_K) {
     (void)max_K;
-    return gemm_tscratch();
+    return gemm_f32_tscratch(gemm_f32_avx2);
 }
 
 /* FAST with F16 weights: F16C rounds to nearest even, the reference's rule. */

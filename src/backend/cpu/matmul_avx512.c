@@ -38,8 +38,6 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define AI static inline __attribute__((always_inline))
-
 /* ====================================================================== */
 /* 32 weights -> two zmm of f32                                           */
 /* ====================================================================== */
@@ -54,192 +52,14 @@ AI __mmask16 lanes16(int n) {
 }
 
 /* K-quant super-block sb of a row: per 16-element sixteenth l, the f32 scale
- * h[l] and the negated min h[16 + l] exactly as the reference forms them
- * (d * sc, dmin * mn: exact products). */
+ * h[l] and the negated min h[16 + l] (k_scales). */
 AI void khdr(hr_dtype dt, const uint8_t *row, int64_t sb, float h[32]) {
-    __m512 d, m = _mm512_setzero_ps();
-    switch (dt) {
-    case HR_DTYPE_Q2_K: {
-        const block_q2_K *b = (const block_q2_K *)(const void *)row + sb;
-        const __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)b->scales));
-        d = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(s, _mm512_set1_epi32(15))),
-                          _mm512_set1_ps(f16s(b->d)));
-        m = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(s, 4)), _mm512_set1_ps(f16s(b->dmin)));
-        break;
-    }
-    case HR_DTYPE_Q3_K: {
-        const block_q3_K *b = (const block_q3_K *)(const void *)row + sb;
-        const __m512i s = _mm512_sub_epi32(_mm512_cvtepu8_epi32(q3_scales(b->scales)),
-                                           _mm512_set1_epi32(32));
-        d = _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(f16s(b->d)));
-        break;
-    }
-    case HR_DTYPE_Q4_K:
-    case HR_DTYPE_Q5_K: {
-        const uint8_t *blk =
-            row + (size_t)sb * (dt == HR_DTYPE_Q5_K ? sizeof(block_q5_K) : sizeof(block_q4_K));
-        uint16_t hd, hm;
-        memcpy(&hd, blk, 2);
-        memcpy(&hm, blk + 2, 2);
-        uint64_t sc, mn;
-        k4_scales(blk + 4, &sc, &mn);
-        const __m128i vs = _mm_cvtsi64_si128((long long)sc), vm = _mm_cvtsi64_si128((long long)mn);
-        /* sub-block j of 32 covers sixteenths 2j and 2j+1 */
-        d = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(vs, vs))),
-                          _mm512_set1_ps(f16s(hd)));
-        m = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(vm, vm))),
-                          _mm512_set1_ps(f16s(hm)));
-        break;
-    }
-    case HR_DTYPE_Q6_K: {
-        const block_q6_K *b = (const block_q6_K *)(const void *)row + sb;
-        d = _mm512_mul_ps(cvt_i8(_mm_loadu_si128((const __m128i *)b->scales)),
-                          _mm512_set1_ps(f16s(b->d)));
-        break;
-    }
-    default:
-        return;
-    }
-    _mm512_storeu_ps(h, d);
+    const kscales k = k_scales(dt, row, sb);
+    const __m512i sc = k.sgn ? _mm512_cvtepi8_epi32(k.sc) : _mm512_cvtepu8_epi32(k.sc);
+    const __m512 m =
+        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k.mn)), _mm512_set1_ps(k.dmin));
+    _mm512_storeu_ps(h, _mm512_mul_ps(_mm512_cvtepi32_ps(sc), _mm512_set1_ps(k.d)));
     _mm512_storeu_ps(h + 16, _mm512_sub_ps(_mm512_setzero_ps(), m));
-}
-
-/* Quantized dtypes: the signed integer codes of elements [32j, 32j + 32) of
- * a row (lo: the first 16, hi: the last 16) and, per 16-element half, the
- * scale and min that make w = sc * code + mn exactly as the reference
- * dequantizer computes it (mn = 0: w = sc * code). h: khdr() of the
- * super-block for K-quants. */
-typedef struct {
-    __m128i lo, hi;
-    float sc[2], mn[2];
-} codes32;
-
-AI codes32 get_codes32(hr_dtype dt, const uint8_t *row, int64_t j, const float *h) {
-    const __m128i m4 = _mm_set1_epi8(15);
-    const int s = (int)(j % 8); /* K-quants: step within the super-block */
-    codes32 c = {.mn = {0.0f, 0.0f}};
-    switch (dt) {
-    case HR_DTYPE_Q8_0: {
-        const block_q8_0 *b = (const block_q8_0 *)(const void *)row + j;
-        c.lo = _mm_loadu_si128((const __m128i *)b->qs);
-        c.hi = _mm_loadu_si128((const __m128i *)(b->qs + 16));
-        c.sc[0] = c.sc[1] = f16s(b->d);
-        break;
-    }
-    case HR_DTYPE_Q4_0: {
-        const block_q4_0 *b = (const block_q4_0 *)(const void *)row + j;
-        const __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
-        c.lo = _mm_sub_epi8(_mm_and_si128(q, m4), _mm_set1_epi8(8));
-        c.hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_set1_epi8(8));
-        c.sc[0] = c.sc[1] = f16s(b->d);
-        break;
-    }
-    case HR_DTYPE_Q4_1: {
-        const block_q4_1 *b = (const block_q4_1 *)(const void *)row + j;
-        const __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
-        c.lo = _mm_and_si128(q, m4);
-        c.hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
-        c.sc[0] = c.sc[1] = f16s(b->d);
-        c.mn[0] = c.mn[1] = f16s(b->m);
-        break;
-    }
-    case HR_DTYPE_Q5_0:
-    case HR_DTYPE_Q5_1: {
-        /* Q5_0 and Q5_1 differ in the header and the offset of the codes */
-        const bool one = dt == HR_DTYPE_Q5_1;
-        const uint8_t *blk = row + (size_t)j * (one ? sizeof(block_q5_1) : sizeof(block_q5_0));
-        const uint8_t *qh = blk + (one ? 4 : 2), *qs = qh + 4;
-        uint16_t hd, hm = 0;
-        uint32_t hb;
-        memcpy(&hd, blk, 2);
-        if (one)
-            memcpy(&hm, blk + 2, 2);
-        memcpy(&hb, qh, 4);
-        const __m128i q = _mm_loadu_si128((const __m128i *)qs);
-        const __m128i off = _mm_set1_epi8(one ? 0 : 16), b16 = _mm_set1_epi8(16);
-        c.lo = _mm_sub_epi8(_mm_and_si128(q, m4), off);
-        c.hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), off);
-        c.lo = _mm_mask_add_epi8(c.lo, (__mmask16)(hb & 0xffff), c.lo, b16);
-        c.hi = _mm_mask_add_epi8(c.hi, (__mmask16)(hb >> 16), c.hi, b16);
-        c.sc[0] = c.sc[1] = f16s(hd);
-        if (one)
-            c.mn[0] = c.mn[1] = f16s(hm);
-        break;
-    }
-    case HR_DTYPE_Q2_K: {
-        const block_q2_K *b = (const block_q2_K *)(const void *)row + j / 8;
-        const __m128i sh = _mm_cvtsi32_si128(2 * (s % 4)), m2 = _mm_set1_epi8(3);
-        const uint8_t *q = b->qs + 32 * (s / 4);
-        c.lo = _mm_and_si128(_mm_srl_epi16(_mm_loadu_si128((const __m128i *)q), sh), m2);
-        c.hi = _mm_and_si128(_mm_srl_epi16(_mm_loadu_si128((const __m128i *)(q + 16)), sh), m2);
-        c.sc[0] = h[2 * s], c.sc[1] = h[2 * s + 1];
-        c.mn[0] = h[16 + 2 * s], c.mn[1] = h[17 + 2 * s];
-        break;
-    }
-    case HR_DTYPE_Q3_K: {
-        const block_q3_K *b = (const block_q3_K *)(const void *)row + j / 8;
-        const __m128i sh = _mm_cvtsi32_si128(2 * (s % 4)), m2 = _mm_set1_epi8(3);
-        const uint8_t *q = b->qs + 32 * (s / 4);
-        const __m128i bit = _mm_set1_epi8((char)(1 << s)), b4 = _mm_set1_epi8(4);
-        c.lo = _mm_and_si128(_mm_srl_epi16(_mm_loadu_si128((const __m128i *)q), sh), m2);
-        c.hi = _mm_and_si128(_mm_srl_epi16(_mm_loadu_si128((const __m128i *)(q + 16)), sh), m2);
-        /* q = low - 4 unless the hmask bit is set */
-        c.lo = _mm_mask_sub_epi8(
-            c.lo, _mm_testn_epi8_mask(_mm_loadu_si128((const __m128i *)b->hmask), bit), c.lo, b4);
-        c.hi = _mm_mask_sub_epi8(
-            c.hi, _mm_testn_epi8_mask(_mm_loadu_si128((const __m128i *)(b->hmask + 16)), bit), c.hi, b4);
-        c.sc[0] = h[2 * s], c.sc[1] = h[2 * s + 1];
-        break;
-    }
-    case HR_DTYPE_Q4_K:
-    case HR_DTYPE_Q5_K: {
-        const bool five = dt == HR_DTYPE_Q5_K;
-        const uint8_t *blk = row + (size_t)(j / 8) * (five ? sizeof(block_q5_K) : sizeof(block_q4_K));
-        const uint8_t *qh = blk + 4 + QUANT_K_SCALE_BYTES;
-        const uint8_t *qs = five ? qh + 32 : qh;
-        const __m128i sh = _mm_cvtsi32_si128(4 * (s % 2));
-        const uint8_t *q = qs + 32 * (s / 2);
-        c.lo = _mm_and_si128(_mm_srl_epi16(_mm_loadu_si128((const __m128i *)q), sh), m4);
-        c.hi = _mm_and_si128(_mm_srl_epi16(_mm_loadu_si128((const __m128i *)(q + 16)), sh), m4);
-        if (five) {
-            const __m128i bit = _mm_set1_epi8((char)(1 << s)), b16 = _mm_set1_epi8(16);
-            c.lo = _mm_mask_add_epi8(
-                c.lo, _mm_test_epi8_mask(_mm_loadu_si128((const __m128i *)qh), bit), c.lo, b16);
-            c.hi = _mm_mask_add_epi8(
-                c.hi, _mm_test_epi8_mask(_mm_loadu_si128((const __m128i *)(qh + 16)), bit), c.hi, b16);
-        }
-        c.sc[0] = c.sc[1] = h[2 * s];
-        c.mn[0] = c.mn[1] = h[16 + 2 * s];
-        break;
-    }
-    case HR_DTYPE_Q6_K: {
-        const block_q6_K *b = (const block_q6_K *)(const void *)row + j / 8;
-        const int half = s / 4, quarter = s % 4;
-        const uint8_t *ql = b->ql + 64 * half + 32 * (quarter & 1);
-        const uint8_t *qh = b->qh + 32 * half;
-        const __m128i shl = _mm_cvtsi32_si128(4 * (quarter >> 1));
-        const __m128i shh = _mm_cvtsi32_si128(2 * quarter);
-        const __m128i m2 = _mm_set1_epi8(3), b32 = _mm_set1_epi8(32);
-        __m128i lo = _mm_and_si128(_mm_srl_epi16(_mm_loadu_si128((const __m128i *)ql), shl), m4);
-        __m128i hi = _mm_and_si128(_mm_srl_epi16(_mm_loadu_si128((const __m128i *)(ql + 16)), shl), m4);
-        const __m128i hl = _mm_and_si128(_mm_srl_epi16(_mm_loadu_si128((const __m128i *)qh), shh), m2);
-        const __m128i hh =
-            _mm_and_si128(_mm_srl_epi16(_mm_loadu_si128((const __m128i *)(qh + 16)), shh), m2);
-        c.lo = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hl, 4)), b32);
-        c.hi = _mm_sub_epi8(_mm_or_si128(hi, _mm_slli_epi16(hh, 4)), b32);
-        c.sc[0] = h[2 * s], c.sc[1] = h[2 * s + 1];
-        break;
-    }
-    default:
-        HR_ASSERT(0 && "codes32: not a quantized weight dtype");
-    }
-    return c;
-}
-
-/* Formats whose weights carry a min (w = sc * code + mn). */
-AI bool has_min(hr_dtype dt) {
-    return dt == HR_DTYPE_Q4_1 || dt == HR_DTYPE_Q5_1 || dt == HR_DTYPE_Q2_K || dt == HR_DTYPE_Q4_K ||
-           dt == HR_DTYPE_Q5_K;
 }
 
 /* Elements [32j, 32j + 32) of a weight row of dtype dt as f32, bit-identical
@@ -494,14 +314,11 @@ DEF_GEMV_EXACT(gemv_exact_q6_K, HR_DTYPE_Q6_K)
 /* EXACT prefill: blocked f32 GEMM                                        */
 /* ====================================================================== */
 /*
- * A thread owns a tile of at most GEMM_NC weight rows. For each KC-slice of
- * K it converts the tile's rows to f32 once (to_f32, bit-exact) and packs
- * them as panels of 32 rows, [k][32] (256 KB: stays in L2); then for every
- * MR=12 activation rows it packs their KC-slice as [k][12] (12 KB, L1) and
- * runs the 12x32 register microkernel over each panel: 24 zmm accumulators,
- * per k two weight loads, 12 broadcasts from the packed activations, 24
- * FMAs. Partial sums of earlier KC-slices are read back from y and added.
- * Both packings transpose 16x16 blocks in registers.
+ * matmul_simd.h's driver (gemm_f32_run) with a 12x32 register microkernel:
+ * weight panels [k][32] (256 KB a tile: stays in L2), activation panels
+ * [k][12] (12 KB a KC-slice: L1); 24 zmm accumulators, per k two weight
+ * loads, 12 broadcasts from the packed activations, 24 FMAs. Both packings
+ * transpose 16x16 blocks in registers.
  */
 
 #define GEMM_MR 12
@@ -622,47 +439,14 @@ static void pack_w(const float *t, int64_t ld, int64_t kp, float *wp) {
     }
 }
 
-static size_t gemm_tscratch(void) {
-    return (size_t)GEMM_NC * GEMM_KC * 4 /* panels */ + (size_t)GEMM_NR * GEMM_KC * 4 /* rows */ + 64;
-}
+static const gemm_f32 gemm_f32_avx512 = {
+    .mr = GEMM_MR, .nr = GEMM_NR, .kc = GEMM_KC, .nc = GEMM_NC,
+    .to_f32 = to_f32, .pack_w = pack_w, .ukernel = ukernel_mr,
+};
 
 static void gemm_exact(const cpu_mm_args *a, const cpu_mat *m, int64_t r0, int64_t r1, float *y,
                        int64_t ldy, void *ts) {
-    const int64_t K = a->K, n_rows = r1 - r0;
-    HR_ASSERT(n_rows <= GEMM_NC);
-    const hr_dtype dt = m->dtype;
-    const size_t wrb = cpu_mm_row_bytes(dt, K);
-    float *wp = (float *)(((uintptr_t)ts + 63) & ~(uintptr_t)63);
-    float *rows = wp + GEMM_NC * GEMM_KC;
-    const size_t xpanel = (size_t)GEMM_MR * (size_t)cpu_mm_kpad(K);
-    const int64_t n_panels = (n_rows + GEMM_NR - 1) / GEMM_NR;
-    for (int64_t kc = 0; kc < K; kc += GEMM_KC) {
-        const int64_t kl = K - kc < GEMM_KC ? K - kc : GEMM_KC;
-        const int64_t kp = (kl + 15) / 16 * 16;
-        /* convert and pack this K-slice of the tile */
-        for (int64_t p = 0; p < n_panels; p++) {
-            for (int i = 0; i < GEMM_NR; i++) {
-                const int64_t r = r0 + GEMM_NR * p + i;
-                float *dst = rows + (int64_t)i * GEMM_KC;
-                if (r < r1) {
-                    to_f32(dt, (const uint8_t *)m->data + (size_t)r * wrb, kc, kl, dst);
-                    memset(dst + kl, 0, sizeof(float) * (size_t)(kp - kl));
-                } else {
-                    memset(dst, 0, sizeof(float) * (size_t)kp);
-                }
-            }
-            pack_w(rows, GEMM_KC, kp, wp + p * GEMM_NR * GEMM_KC);
-        }
-        for (int64_t b = 0; b < a->B; b += GEMM_MR) {
-            const int mr = a->B - b >= GEMM_MR ? GEMM_MR : (int)(a->B - b);
-            const float *xp = a->xpack + (size_t)(b / GEMM_MR) * xpanel + (size_t)kc * GEMM_MR;
-            for (int64_t p = 0; p < n_panels; p++) {
-                const int nr = n_rows - GEMM_NR * p >= GEMM_NR ? GEMM_NR : (int)(n_rows - GEMM_NR * p);
-                ukernel_mr(mr, kp, xp, wp + p * GEMM_NR * GEMM_KC, y + b * ldy + GEMM_NR * p, ldy, nr,
-                           kc == 0);
-            }
-        }
-    }
+    gemm_f32_run(gemm_f32_avx512, a, m, r0, r1, y, ldy, ts);
 }
 
 /* ====================================================================== */
@@ -870,7 +654,7 @@ static void gemm_fast(const cpu_mm_args *a, const cpu_mat *m, int64_t r0, int64_
 /* ====================================================================== */
 
 static size_t tscratch_bytes(int64_t max_K) {
-    size_t a = gemm_tscratch(), b = gemm_fast_tscratch(max_K);
+    size_t a = gemm_f32_tscratch(gemm_f32_avx512), b = gemm_fast_tscratch(max_K);
     return a > b ? a : b;
 }
 

@@ -52,8 +52,6 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define AI static inline __attribute__((always_inline))
-
 /* ====================================================================== */
 /* Activation quantization                                                */
 /* ====================================================================== */
@@ -65,17 +63,7 @@ void cpu_mm_avx512_quantize(const float *x, int64_t K, int64_t k0, int64_t k1,
                             void *const out[CPU_XQ_LAYOUT_COUNT], float *xh) {
     HR_ASSERT(k0 % CPU_XQ_PAD == 0 && k1 % CPU_XQ_PAD == 0 && k1 <= cpu_xq_kp(K));
     int pos32[CPU_XQ_LAYOUT_COUNT][16], pos16[CPU_XQ_LAYOUT_COUNT][16];
-    for (int l = 0; l < CPU_XQ_LAYOUT_COUNT; l++) {
-        for (int lane = 0; lane < 16; lane++) {
-            pos32[l][lane] = pos16[l][lane] = lane;
-        }
-        for (int lane = 0; lane < 16; lane++) {
-            if (l == CPU_XQ_QUAD)
-                pos32[l][cpu_xq_lane((cpu_xq_layout)l, lane)] = lane;
-            if (l == CPU_XQ_NATURAL || l == CPU_XQ_K4)
-                pos16[l][cpu_xq_lane((cpu_xq_layout)l, lane)] = lane;
-        }
-    }
+    xq_positions(pos32, pos16);
     static const int k4_slot[4] = {0, 2, 1, 3};
     const __m512 sign = _mm512_set1_ps(-0.0f);
     for (int64_t ib = k0 / 32; ib < k1 / 32; ib++) {
@@ -146,18 +134,7 @@ void cpu_mm_avx512_quantize(const float *x, int64_t K, int64_t k0, int64_t k1,
             default:
                 break;
             }
-            float *d = (float *)(void *)cpu_xq_d(codes, K);
-            int32_t *s32 = (int32_t *)(void *)cpu_xq_s32(codes, K);
-            float *d16 = (float *)(void *)cpu_xq_d16(codes, K);
-            int32_t *s16 = (int32_t *)(void *)cpu_xq_s16(codes, K);
-            const int64_t at32 = ib - ib % 16 + pos32[l][ib % 16];
-            d[at32] = dv;
-            s32[at32] = s_lo + s_hi;
-            const int64_t ih = 2 * ib;
-            d16[ih - ih % 16 + pos16[l][ih % 16]] = dv;
-            s16[ih - ih % 16 + pos16[l][ih % 16]] = s_lo;
-            d16[ih + 1 - (ih + 1) % 16 + pos16[l][(ih + 1) % 16]] = dv;
-            s16[ih + 1 - (ih + 1) % 16 + pos16[l][(ih + 1) % 16]] = s_hi;
+            xq_put_sums(codes, K, pos32[l], pos16[l], ib, dv, s_lo, s_hi);
         }
     }
 }
