@@ -275,7 +275,11 @@ typedef struct {
     int32_t kv_block_size; /* tokens per KV block */
     hr_dtype kv_dtype;     /* f32, f16 or bf16; HR_DTYPE_COUNT: the device's default
                               (f32 on the cpu, the compute type on cuda) */
-    hr_dtype dtype;        /* cuda: compute and storage type of weights, bf16 or f16 */
+    hr_dtype dtype;        /* cuda: compute type, and storage type of 16-bit weights: bf16
+                              or f16 */
+    bool expand_weights;   /* cuda: quantized weights (GGUF Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+                              Q4_K, Q5_K, Q6_K) expanded to the compute type at upload
+                              instead of kept packed (2-4x the memory) */
     bool exact_matmul;     /* cpu: f32 activations for quantized and F16 weights too */
     bool use_mmap;         /* cpu: read the weight matrices from the file mapping instead of
                               copying them into huge-page memory (faster load, slower
@@ -286,6 +290,10 @@ typedef struct {
                               memory less a reserve (hr_device_budget) */
     bool truncate_prompt;  /* a prompt longer than the context keeps its most recent tokens
                               (with a warning) instead of being refused */
+    bool prefix_cache;     /* a prompt whose first whole KV blocks another request already
+                              computed (same tokens from position 0) takes them instead of
+                              prefilling them; idle cached blocks are evicted least
+                              recently used first when the pool needs room (default on) */
     const struct hr_tuning *tuning; /* NULL: benchmarks and checks set switches that change
                                        how the engine runs, never what it computes */
 } hr_engine_params;
@@ -451,6 +459,18 @@ void hr_engine_cancel(hr_engine *engine, int32_t id);
 /* Requests queued or running. */
 int32_t hr_engine_n_active(const hr_engine *engine);
 
+typedef struct {
+    uint64_t prompt_tokens;     /* prompt tokens of the requests admitted so far */
+    uint64_t prefix_hit_tokens; /* of those, found in the prefix cache (not prefilled) */
+    int32_t kv_blocks;          /* the pool's blocks */
+    int32_t kv_blocks_free;     /* holding nothing */
+    int32_t kv_blocks_cached;   /* held by no request, kept for later prefix hits */
+    int32_t kv_block_size;      /* tokens a block */
+} hr_engine_stats;
+
+/* Counters since the engine was created, and the KV pool now. */
+void hr_engine_get_stats(const hr_engine *engine, hr_engine_stats *out);
+
 /* ---- one request, start to end */
 
 typedef struct {
@@ -470,6 +490,69 @@ typedef bool (*hr_text_fn)(const char *text, size_t len, int32_t token, void *us
 hr_status hr_generate(hr_engine *engine, const char *prompt, size_t len,
                       const hr_sampling_params *params, hr_text_fn on_text, void *user_data,
                       hr_generation_stats *stats, hr_error *err);
+
+/* ---- chat: a conversation rendered with the model's own template */
+
+typedef struct hr_chat hr_chat;
+
+typedef enum {
+    HR_CONTEXT_WINDOW = 0, /* leave out the oldest turns (the system prompt stays) */
+    HR_CONTEXT_SUMMARIZE,  /* the model summarises the oldest turns into the system prompt */
+    HR_CONTEXT_ERROR,      /* refuse the message */
+} hr_context_policy;
+
+typedef struct {
+    const char *system;        /* the system prompt, pinned; NULL: none */
+    hr_context_policy policy;  /* when the conversation outgrows the context */
+    int32_t max_turns;         /* turns (a user message and its reply) kept; 0: all that fit */
+    const char *chat_template; /* Jinja source; NULL: the model's (tokenizer_config.json or
+                                  GGUF tokenizer.chat_template) */
+    int64_t now_unix;          /* the date templates print (strftime_now); 0: now */
+} hr_chat_params;
+
+/* No system prompt, window, no turn cap, the model's template. */
+hr_chat_params hr_chat_params_default(void);
+
+/* A conversation on engine (which must outlive it and have no other
+ * requests while it replies). HR_ERR_UNSUPPORTED when the model has no chat
+ * template and none is given; the template's errors name line:col. */
+hr_status hr_chat_create(hr_engine *engine, const hr_chat_params *params, hr_chat **out,
+                         hr_error *err);
+void hr_chat_free(hr_chat *chat);
+
+typedef struct {
+    int32_t n_prompt;        /* tokens of the conversation sent (template applied) */
+    int32_t n_prefilled;     /* of those, computed this turn: the rest were in the KV cache */
+    int32_t n_gen;           /* tokens of the reply */
+    int32_t turns_kept;      /* earlier turns sent with this message */
+    int32_t turns_dropped;   /* turns left out this time (window, max_turns) */
+    int32_t turns_summarized; /* turns folded into the summary this time */
+    double prompt_ms, gen_ms, first_token_ms;
+    hr_finish_reason finish;
+} hr_chat_stats;
+
+/* Sends a user message: renders the conversation, fits it into the context
+ * by the policy, generates the assistant's reply and streams its text
+ * through on_text (which may stop it: the reply so far is kept). The
+ * earlier turns' KV is reused through the engine's prefix cache, so only
+ * the new turn is prefilled. On error the message is not kept. */
+hr_status hr_chat_send(hr_chat *chat, const char *text, const hr_sampling_params *params,
+                       hr_text_fn on_text, void *user_data, hr_chat_stats *stats,
+                       hr_error *err);
+/* Forgets every turn (the system prompt stays). */
+void hr_chat_reset(hr_chat *chat);
+/* Replaces the system prompt (NULL: none); the turns stay. */
+hr_status hr_chat_set_system(hr_chat *chat, const char *system, hr_error *err);
+/* The turns' messages, oldest first ("user", "assistant"), and the system
+ * prompt (with the summary of turns left out, if any); borrowed until the
+ * next call that changes the conversation. */
+int32_t hr_chat_n_messages(const hr_chat *chat);
+void hr_chat_message(const hr_chat *chat, int32_t i, const char **role, const char **content);
+const char *hr_chat_system(const hr_chat *chat);
+/* The conversation as JSON ({"system": ..., "summary": ..., "first_kept": N,
+ * "messages": [{"role", "content"}...]}), and back. */
+hr_status hr_chat_save(const hr_chat *chat, const char *path, hr_error *err);
+hr_status hr_chat_load(hr_chat *chat, const char *path, hr_error *err);
 
 /* Negative log-likelihood of tokens[i + 1] given tokens[0..i], for i in
  * [0, n - 1): nll has n - 1 entries. When logits is not NULL it receives the

@@ -5,10 +5,12 @@
 set -euo pipefail
 
 # build: compiler, CMake, pkg-config; libraries: cJSON (JSON), PCRE2 (the
-# pre-tokenizer regexes), libmicrohttpd (HTTP server); tests: python3 with
+# pre-tokenizer regexes), xxHash (the KV prefix cache's block hashes),
+# libedit (chat's line editing), libmicrohttpd (HTTP server); tmux (the chat
+# test drives it as a person would); tests: python3 with
 # Debian's sentencepiece (differential tokenizer test), clang + its runtime
 # (libFuzzer targets); CI: python3-matplotlib (tools/plot_bench.py's charts).
-PKGS=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libmicrohttpd-dev
+PKGS=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libxxhash-dev libedit-dev libmicrohttpd-dev tmux
       python3 python3-sentencepiece python3-matplotlib clang libclang-rt-14-dev)
 
 missing=()

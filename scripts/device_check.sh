@@ -5,9 +5,11 @@
 #   GEMV/sampling kernels against float64, whole models against the float32
 #   references), then the benchmarks, then transformers on the same shape.
 # Results go to $OUT (JSON lines for bench/results/), a short table last.
-#   scripts/device_check.sh [checks] [bench] [hf] [compiled] [sweep] [profile] [ablate]
-#                           [fallback] [sm80]
-#   (default: checks bench hf sweep; fallback: the generic path an Ampere or
+#   scripts/device_check.sh [checks] [bench] [packed] [hf] [compiled] [sweep] [profile]
+#                           [ablate] [fallback] [sm80]
+#   (default: checks bench packed hf sweep; packed: quantized weights kept
+#   packed on the GPU, decode by type against --expand, the 8 GiB and 12 GiB
+#   recipes; fallback: the generic path an Ampere or
 #   Ada GPU takes (caps.cu), forced on this GPU by HEADROOM_CUDA_ARCH_FALLBACK
 #   (=86: also at an RTX 30xx/40xx's 99 KB of shared memory a block): the
 #   ops against the CPU, the models, the attention kernels and a bench row;
@@ -32,7 +34,7 @@ src=$(cat $D/source_dir)
 if [[ -n "$src" && "$src" != "$PWD" && ! -e "$src" ]]; then
   mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"
 fi
-what=${*:-checks bench hf sweep}
+what=${*:-checks bench packed hf sweep}
 # each part has a time limit, so one slow part cannot starve the others of
 # the session's device time (what finished is already in $OUT)
 T="timeout --signal=KILL"
@@ -45,6 +47,10 @@ if [[ $what == *checks* ]]; then
   echo "== models vs reference"; $T 90 $D/test_cuda_model    2>&1 | tee $OUT/test_cuda_model.txt | tail -30
   echo "== NaN logits fail their request, on the cpu and the gpu"
   $T 120 $D/test_bad_numbers 2>&1 | tee $OUT/test_bad_numbers.txt | tail -5
+  echo "== packed weights: kernels against float64 and the reference dequantizer"
+  $T 120 $D/packed_check 2>&1 | tee $OUT/packed_check.txt | tail -40
+  echo "== packed weights through the backend, and SmolLM2 Q4_1 on the gpu against the cpu"
+  $T 150 $D/test_cuda_packed 2>&1 | tee $OUT/test_cuda_packed.txt | tail -30
   echo "== persistent step vs op by op"
   $T 300 $D/test_cuda_pstep 2>&1 | tee $OUT/test_cuda_pstep.txt | tail -20
 fi
@@ -66,6 +72,25 @@ if [[ $what == *bench* ]]; then
     tee -a $OUT/bench.jsonl
   $T 120 $B --synthetic llama2-7b --prompt 32768 --gen 64 --ctx 32832 --repeat 2 2>&1 |
     tee -a $OUT/bench.jsonl
+fi
+if [[ $what == *packed* ]]; then
+  echo "== packed weights: decode by type (batch 1), prefill 512, 64 sequences, against --expand"
+  for w in q8_0 q4_0 q4_k q6_k q5_k; do
+    $T 90 $B --synthetic llama2-7b --weights $w --prompt 128 --gen 256 --repeat 3 2>&1 |
+      tee -a $OUT/packed.jsonl
+  done
+  $T 90 $B --synthetic llama2-7b --weights q4_0 --expand --prompt 128 --gen 256 --repeat 3 \
+    2>&1 | tee -a $OUT/packed.jsonl
+  $T 90 $B --synthetic llama2-7b --weights q4_k --prompt 512 --gen 2 --repeat 5 2>&1 |
+    tee -a $OUT/packed.jsonl
+  $T 120 $B --synthetic llama2-7b --weights q4_k --prompt 128 --gen 256 --batch 64 --repeat 2 \
+    2>&1 | tee -a $OUT/packed.jsonl
+  echo "== the 8 GiB recipe: llama2-7b shape, q4_k, 4096 context, under --mem 8GiB"
+  $T 90 $B --synthetic llama2-7b --weights q4_k --mem 8GiB --ctx 4096 --prompt 3072 --gen 256 \
+    --mem-report 2>&1 | tee -a $OUT/packed.jsonl | grep -E "memory|^cuda"
+  echo "== 13B shape, q4_k, under --mem 12GiB"
+  $T 90 $B --synthetic llama2-13b --weights q4_k --mem 12GiB --ctx 4096 --prompt 128 \
+    --gen 128 --mem-report 2>&1 | tee -a $OUT/packed.jsonl | grep -E "memory|^cuda"
 fi
 if [[ $what == *ablate* ]]; then
   echo "== batch 1 op by op (no persistent step)"
@@ -130,7 +155,7 @@ if [[ $what == *compiled* ]]; then
   $T 420 python3 tools/hf_bench.py --shape llama2-7b --prompt 128 --gen 256 --attn none \
      --compile --headroom-json $OUT/bench.jsonl 2>&1 | grep -v Warning | tee $OUT/hf_compiled.txt
 fi
-for f in bench ablate fallback_generic fallback_generic86 fallback_sm80; do
+for f in bench packed ablate fallback_generic fallback_generic86 fallback_sm80; do
   [[ -f $OUT/$f.jsonl ]] || continue
   echo "-- $f"
   grep -h '^{' $OUT/$f.jsonl | python3 -c '
@@ -138,9 +163,10 @@ import json, sys
 for l in sys.stdin:
     r = json.loads(l)
     pr, dr = r.get("prefill_tok_s_range", [0, 0]), r.get("decode_tok_s_range", [0, 0])
-    print("%-5s %-5s %-6s %-3s %-4s b%-3d p%-6d g%-4d x%-2d ttft %7.2f ms  prefill %7.0f t/s"
+    print("%-5s%s %-5s %-5s %-6s %-3s %-4s b%-3d p%-6d g%-4d x%-2d ttft %7.2f ms  prefill %7.0f t/s"
           " (%.0f-%.0f)  decode %7.1f t/s (%.1f-%.1f)%s" % (
-        r["dtype"], r["attn"], r["graphs"], r.get("overlap", "-"), r.get("norm_fold", "-"),
+        r.get("weights", "-"), " exp" if r.get("expand") else "", r["dtype"], r["attn"],
+        r["graphs"], r.get("overlap", "-"), r.get("norm_fold", "-"),
         r["batch"], r["prompt"],
         r["gen"],
         r.get("repeat", 1), r["ttft_ms"], r["prefill_tok_s"], pr[0], pr[1],

@@ -16,20 +16,20 @@ build=build-cuda${arch:+-sm$arch}
 cmake -S . -B $build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHR_CUDA=ON -DHR_SHARED=ON \
   ${arch:+-DCMAKE_CUDA_ARCHITECTURES=$arch} > /dev/null
 targets=(headroom_cli test_backend_ops test_cuda_model test_cuda_pstep attention_check
-         gemv_sample_check bench_plan_sweep test_bad_numbers)
+         gemv_sample_check bench_plan_sweep test_bad_numbers test_cuda_packed packed_check)
 cmake --build $build -j2 --target "${targets[@]}"
 out=.dev/device${arch:+-sm$arch}
 rm -rf $out
 mkdir -p $out/lib
 for t in headroom test_backend_ops test_cuda_model test_cuda_pstep test_bad_numbers \
-         attention_check gemv_sample_check bench_plan_sweep; do
+         attention_check gemv_sample_check bench_plan_sweep test_cuda_packed packed_check; do
   cp $build/bin/$t $out/
   strip $out/$t
 done
 cp -L $build/lib/libheadroom.so $out/lib/
 strip $out/lib/libheadroom.so
 # the Debian libraries the library links (the CUDA ones are on the device)
-for lib in $(ldd $build/lib/libheadroom.so | awk '/=>/ {print $3}' | grep -E 'cjson|pcre2'); do
+for lib in $(ldd $build/lib/libheadroom.so | awk '/=>/ {print $3}' | grep -E 'cjson|pcre2|xxhash'); do
   cp -L "$lib" $out/lib/
 done
 # the binaries name files by the path of this checkout: the device links it

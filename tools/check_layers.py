@@ -10,7 +10,8 @@ The layers, lowest first (a file may include its own layer and those below):
   3 backend/                      the ops table, the cpu and cuda backends, and
                                   the bytes each allocation takes (sizes.c)
   4 model/llama.*                 the forward pass
-  5 engine/                       requests, the step, sampling, the plan
+  5 engine/, chat/                requests, the step, sampling, the plan;
+                                  conversations (templates, the context policy)
   6 cli/, server/                 front ends
 
 Usage: tools/check_layers.py [--root DIR]. Prints every upward include as
@@ -33,7 +34,7 @@ RULES = [
     (r"^model/llama\.", 4),
     (r"^(tokenizer|kv|model)/", 2),
     (r"^backend/", 3),
-    (r"^engine/", 5),
+    (r"^(engine|chat)/", 5),
     (r"^(cli|server)/", 6),
 ]
 

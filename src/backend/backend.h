@@ -192,6 +192,9 @@ typedef struct {
     int32_t device_index; /* cuda */
     hr_dtype compute;     /* cuda: bf16 or f16, weights and matmul inputs */
     hr_tuning tuning;     /* benchmark and diagnostic switches (util/env.h) */
+    bool expand_weights;  /* cuda: quantized weights expanded to the compute type at upload */
+    bool packed;          /* cuda: some weight is stored packed (sizes_cuda_runs): the
+                             workspace for them is allocated */
     bool progress;        /* show weight upload progress on stderr */
     uint64_t arena_bytes; /* cuda: the planned device bytes, taken in one allocation (0:
                              one cudaMalloc per piece, for tests) */

@@ -44,7 +44,28 @@ uint64_t sizes_tensor(sizes_device d, int64_t rows, int64_t cols, bool narrow) {
     return sizes_align((uint64_t)rows * (uint64_t)sizes_ld(d, cols) * elem, align_of(d));
 }
 
-uint64_t sizes_weight(sizes_device d, const model_tensor *const *parts,
+int sizes_cuda_runs(const be_params *p, const model_tensor *const *parts, int n_parts,
+                    sizes_run runs[3]) {
+    if (p->expand_weights)
+        return 0;
+    for (int i = 0; i < n_parts; i++)
+        if (packed_type_of(parts[i]->dtype) == PACKED_W16 ||
+            parts[i]->ne[0] % packed_block(packed_type_of(parts[i]->dtype)) != 0)
+            return 0;
+    int n = 0;
+    for (int i = 0; i < n_parts; i++) {
+        const packed_type t = packed_type_of(parts[i]->dtype);
+        if (n > 0 && runs[n - 1].type == t) {
+            runs[n - 1].n_parts++;
+            runs[n - 1].rows += parts[i]->ne[1];
+        } else {
+            runs[n++] = (sizes_run){.type = t, .first = i, .n_parts = 1, .rows = parts[i]->ne[1]};
+        }
+    }
+    return n;
+}
+
+uint64_t sizes_weight(sizes_device d, const be_params *p, const model_tensor *const *parts,
                       const model_tensor *const *biases, int n_parts) {
     uint64_t rows = 0;
     bool bias = false;
@@ -55,7 +76,19 @@ uint64_t sizes_weight(sizes_device d, const model_tensor *const *parts,
     uint64_t b = bias ? sizes_align(rows * 4, align_of(d)) : 0;
     if (d == SIZES_CPU) /* the matrices: sizes_weight_copy or the mapping */
         return b + sizes_align(256, SIZES_CPU_ALIGN);
-    return b + sizes_align(rows * (uint64_t)parts[0]->ne[0] * 2, SIZES_CUDA_ALIGN);
+    const int64_t K = parts[0]->ne[0];
+    sizes_run runs[3];
+    const int n_runs = sizes_cuda_runs(p, parts, n_parts, runs);
+    if (n_runs == 0)
+        return b + sizes_align(rows * (uint64_t)K * 2, SIZES_CUDA_ALIGN);
+    for (int i = 0; i < n_runs; i++)
+        b += sizes_align(packed_bytes(runs[i].type, runs[i].rows, K), SIZES_CUDA_ALIGN);
+    return b;
+}
+
+uint64_t sizes_cuda_xq_bytes(int64_t rows, int64_t K) {
+    const uint64_t A = SIZES_CUDA_ALIGN;
+    return sizes_align((uint64_t)(rows * K), A) + 2 * sizes_align((uint64_t)(rows * K / 32) * 4, A);
 }
 
 uint64_t sizes_weight_copy(const model_tensor *const *parts, int n_parts) {
@@ -133,7 +166,12 @@ uint64_t sizes_workspace(sizes_device d, const be_params *p, const hr_model_info
                                                      (int)max_ctx);
             att = naive > att ? naive : att;
         }
-        return SIZES_CUDA_GEMM_WORKSPACE + sizes_align((uint64_t)att * 4, A) +
+        const int64_t xq_rows = cfg->max_rows < SIZES_CUDA_PACKED_GEMV_ROWS
+                                    ? cfg->max_rows
+                                    : SIZES_CUDA_PACKED_GEMV_ROWS;
+        const uint64_t packed =
+            p->packed ? sizes_cuda_xq_bytes(xq_rows, max_k) + SIZES_CUDA_DEQUANT_SCRATCH : 0;
+        return packed + SIZES_CUDA_GEMM_WORKSPACE + sizes_align((uint64_t)att * 4, A) +
                sizes_align((uint64_t)(in->head_dim / 2) * 4, A) +
                sizes_align(sizes_cuda_meta_ints(cfg) * 4, A) +
                sizes_align(ck_sample_work_bytes(cfg->max_out, in->n_vocab), A) +

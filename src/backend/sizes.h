@@ -10,13 +10,15 @@
  *         aligned; weights stay in the file mapping (counted as the model's);
  *         biases and norms copied to f32.
  *   cuda: one arena of device memory, every piece 256-byte aligned; weights
- *         16-bit (biases and norms f32), matmul inputs 16-bit and the rest
- *         f32, rows padded to 64 elements; the KV pool in the compute type.
+ *         16-bit, or packed as the file holds them (backend/packed.h; biases
+ *         and norms f32), matmul inputs 16-bit and the rest f32, rows padded
+ *         to 64 elements; the KV pool in the compute type.
  */
 #ifndef HR_MEMORY_SIZES_H
 #define HR_MEMORY_SIZES_H
 
 #include "backend/backend.h"
+#include "backend/packed.h"
 
 #include <stdint.h>
 
@@ -32,8 +34,21 @@ int64_t sizes_ld(sizes_device d, int64_t cols);
 /* One activation tensor. */
 uint64_t sizes_tensor(sizes_device d, int64_t rows, int64_t cols, bool narrow);
 /* A weight made of n_parts stacked matrices (biases optional, per part). */
-uint64_t sizes_weight(sizes_device d, const model_tensor *const *parts,
+uint64_t sizes_weight(sizes_device d, const be_params *p, const model_tensor *const *parts,
                       const model_tensor *const *biases, int n_parts);
+
+/* How the GPU stores a weight: runs of consecutive parts of one packed type,
+ * each run one packed matrix. A weight is packed when every part's type has
+ * GPU kernels (packed_type_of) and be_params.expand_weights is off; else
+ * it is one 16-bit matrix (0 runs). A Q4_K_M file's q, k (Q4_K) and v
+ * (Q6_K) make two runs. */
+typedef struct {
+    packed_type type;
+    int first, n_parts;
+    int64_t rows;
+} sizes_run;
+int sizes_cuda_runs(const be_params *p, const model_tensor *const *parts, int n_parts,
+                    sizes_run runs[3]);
 /* A weight's matrices as the CPU backend copies them (be_params
  * weight_copy_bytes): each part at a 64-byte boundary. */
 uint64_t sizes_weight_copy(const model_tensor *const *parts, int n_parts);
@@ -44,12 +59,23 @@ uint64_t sizes_kv(sizes_device d, const hr_model_info *in, const be_config *cfg)
 /* KV bytes of one token (all layers, K and V). */
 uint64_t sizes_kv_per_token(sizes_device d, const hr_model_info *in, hr_dtype kv_dtype);
 /* Everything kv_alloc and the backend's creation allocate besides the KV
- * pool: attention, matmul and sampling workspaces, step metadata. max_k is
- * the largest input width of any weight (the cpu matmul scratch). */
+ * pool: attention, matmul and sampling workspaces, step metadata, and with
+ * packed weights (be_params.packed) their activations and scratch. max_k is
+ * the largest input width of any weight. */
 uint64_t sizes_workspace(sizes_device d, const be_params *p, const hr_model_info *in,
                          const be_config *cfg, int64_t max_k);
 
 /* ---- cuda specifics shared with the backend */
+
+/* Packed weights: a step of at most SIZES_CUDA_PACKED_GEMV_ROWS rows reads
+ * them with the packed GEMV (8 rows a launch), on the activations quantized
+ * to 8 bits (sizes_cuda_xq_bytes: codes, then the f32 scales, then the f32
+ * scaled code sums, each section 256-byte aligned); a longer step expands a
+ * chunk of rows at a time into a 16-bit scratch of SIZES_CUDA_DEQUANT_SCRATCH
+ * bytes for cuBLASLt. */
+#define SIZES_CUDA_PACKED_GEMV_ROWS 64
+#define SIZES_CUDA_DEQUANT_SCRATCH ((uint64_t)64 << 20)
+uint64_t sizes_cuda_xq_bytes(int64_t rows, int64_t K);
 
 /* cuBLASLt's workspace (its recommendation for Hopper). */
 #define SIZES_CUDA_GEMM_WORKSPACE ((uint64_t)32 << 20)

@@ -36,7 +36,11 @@ hr_status cli_tokenize(const hr_tokenizer *tok, const char *text, size_t len,
                        const hr_tokenize_params *tp, int32_t **ids, size_t *n, hr_error *err);
 
 /* The engine commands, as masks: which options each one takes. */
-enum { CLI_RUN = 1, CLI_PERPLEXITY = 2, CLI_BENCH = 4, CLI_PLAN = 8 };
+enum { CLI_RUN = 1, CLI_PERPLEXITY = 2, CLI_BENCH = 4, CLI_PLAN = 8, CLI_CHAT = 16 };
+
+/* The sampling options (run, chat): 1 consumed, 0 not one, -1 bad value. */
+int cli_sampling_option(int argc, char **argv, int *i, hr_sampling_params *sp);
+void cli_sampling_help(FILE *f);
 
 /* Options the engine commands share: the model (-m or --synthetic with
  * --weights), --device, --threads, --ctx, --kv-dtype, --exact, ... (each
@@ -78,6 +82,7 @@ hr_status cli_load_model(const cli_engine_opts *o, bool shapes_only, hr_model **
 int cmd_tokenize(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_convert(int argc, char **argv);

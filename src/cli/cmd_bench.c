@@ -5,7 +5,10 @@
  * Method: a warm-up of the same batch and prompt length first (page faults,
  * thread start-up, kernel loading, cuBLASLt's choices, graph capture), then
  * `--batch` requests of `--prompt` random tokens each, generating
- * `--gen` tokens (end-of-sequence ignored). TTFT is from submission to the
+ * `--gen` tokens (end-of-sequence ignored); with --shared-prefix N the
+ * first N tokens of every prompt are the same, and the warm-up leaves them
+ * in the prefix cache, so TTFT measures a prompt whose start is cached.
+ * TTFT is from submission to the
  * first new token of the first request; prefill rate is prompt tokens over
  * the time until every request has its first token; decode rate is the
  * tokens generated after that over the time they took. With --repeat N the
@@ -40,6 +43,9 @@ static void help(FILE *f) {
                "  --gen N        new tokens per request (default 128)\n"
                "  --batch N      requests decoded together (default 1)\n"
                "  --repeat N     measure N times, report the medians (default 1)\n"
+               "  --shared-prefix N  the first N prompt tokens the same in every request\n"
+               "                 and cached by the warm-up (time to first token on a\n"
+               "                 prefix cache hit)\n"
                "  --json         also print one JSON object per configuration\n"
                "  --dtype LIST   cuda: bf16, f16 or bf16,f16 (one row each)\n"
                "  --attn LIST    cuda: flash, naive or flash,naive\n"
@@ -80,7 +86,8 @@ typedef struct {
 } bench_result;
 
 static hr_status run_batch(hr_engine *e, int32_t n_vocab, int32_t batch, int32_t prompt,
-                           int32_t gen, uint64_t seed, bench_result *res, hr_error *err) {
+                           int32_t shared, int32_t gen, uint64_t seed, bench_result *res,
+                           hr_error *err) {
     int32_t *ids = malloc((size_t)prompt * sizeof *ids);
     hr_event *ev = malloc((size_t)(batch + 4) * sizeof *ev);
     bool *started = calloc((size_t)batch + 1, sizeof *started);
@@ -95,9 +102,11 @@ static hr_status run_batch(hr_engine *e, int32_t n_vocab, int32_t batch, int32_t
     double t0 = now_ms();
     int32_t base = -1;
     for (int32_t b = 0; b < batch; b++) {
+        uint64_t fixed = 12345;
         for (int32_t i = 0; i < prompt; i++) {
-            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-            ids[i] = (int32_t)((seed >> 33) % (uint64_t)n_vocab);
+            uint64_t *x = i < shared ? &fixed : &seed;
+            *x = *x * 6364136223846793005ull + 1442695040888963407ull;
+            ids[i] = (int32_t)((*x >> 33) % (uint64_t)n_vocab);
         }
         int32_t id;
         if ((s = hr_engine_add(e, ids, prompt, &sp, &id, err)) != HR_OK)
@@ -186,7 +195,7 @@ static int parse_list(const char *opt, const char *v, const char *const *names, 
 int cmd_bench(int argc, char **argv) {
     cli_engine_opts o;
     cli_engine_opts_init(&o, CLI_BENCH);
-    int64_t prompt = 128, gen = 128, batch = 1, repeat = 1;
+    int64_t prompt = 128, gen = 128, batch = 1, repeat = 1, shared = 0;
     bool json = false;
     static const char *const dtypes[] = {"bf16", "f16"}, *const attns[] = {"flash", "naive"},
                              *const onoff[] = {"on", "off"};
@@ -210,6 +219,9 @@ int cmd_bench(int argc, char **argv) {
                 return 1;
         } else if (strcmp(argv[i], "--batch") == 0) {
             if (!cli_int(argc, argv, &i, 1, 4096, &batch))
+                return 1;
+        } else if (strcmp(argv[i], "--shared-prefix") == 0) {
+            if (!cli_int(argc, argv, &i, 0, 1 << 20, &shared))
                 return 1;
         } else if (strcmp(argv[i], "--repeat") == 0) {
             if (!cli_int(argc, argv, &i, 1, BENCH_MAX_REPEAT, &repeat))
@@ -255,6 +267,15 @@ int cmd_bench(int argc, char **argv) {
     hr_model_get_info(m, &in);
     if (o.ep.n_ctx <= 0)
         o.ep.n_ctx = (int32_t)(prompt + gen);
+    if (shared > prompt) {
+        cli_error("bench: --shared-prefix %lld is longer than --prompt %lld", (long long)shared,
+                  (long long)prompt);
+        goto done;
+    }
+    if (shared > 0 && !o.ep.prefix_cache) {
+        cli_error("bench: --shared-prefix measures the prefix cache; drop --no-prefix-cache");
+        goto done;
+    }
     if (o.ep.n_ctx < prompt + gen) {
         cli_error("bench: --ctx %d is smaller than --prompt + --gen", o.ep.n_ctx);
         goto done;
@@ -322,18 +343,21 @@ int cmd_bench(int argc, char **argv) {
                 /* warm-up at the measured shapes: kernels load, cuBLASLt picks its
                  * algorithms and graphs are captured before the clock runs */
                 bench_result warm;
-                if (run_batch(e, in.n_vocab, (int32_t)batch, (int32_t)prompt, 4, 7, &warm,
-                              &err) != HR_OK) {
+                if (run_batch(e, in.n_vocab, (int32_t)batch, (int32_t)prompt, (int32_t)shared,
+                              4, 7, &warm, &err) != HR_OK) {
                     cli_error("bench: %s", err.msg);
                     hr_engine_free(e);
                     goto done;
                 }
                 double ttft_v[BENCH_MAX_REPEAT], prefill_v[BENCH_MAX_REPEAT],
                     decode_v[BENCH_MAX_REPEAT];
+                hr_engine_stats st0, st1;
+                hr_engine_get_stats(e, &st0);
                 for (int64_t r = 0; r < repeat; r++) {
                     bench_result res;
-                    if (run_batch(e, in.n_vocab, (int32_t)batch, (int32_t)prompt, (int32_t)gen,
-                                  42 + (uint64_t)r, &res, &err) != HR_OK) {
+                    if (run_batch(e, in.n_vocab, (int32_t)batch, (int32_t)prompt,
+                                  (int32_t)shared, (int32_t)gen, 42 + (uint64_t)r, &res,
+                                  &err) != HR_OK) {
                         cli_error("bench: %s", err.msg);
                         hr_engine_free(e);
                         goto done;
@@ -345,6 +369,8 @@ int cmd_bench(int argc, char **argv) {
                     decode_v[r] = res.decode_ms > 0 ? (double)res.n_decode * 1e3 / res.decode_ms
                                                     : 0;
                 }
+                hr_engine_get_stats(e, &st1);
+                const uint64_t hit_tokens = st1.prefix_hit_tokens - st0.prefix_hit_tokens;
                 const spread ttft = spread_of(ttft_v, repeat);
                 const spread prefill = spread_of(prefill_v, repeat);
                 const spread decode = spread_of(decode_v, repeat);
@@ -360,12 +386,16 @@ int cmd_bench(int argc, char **argv) {
                 }
                 /* decode's bound on this machine: the mean step (context prompt +
                  * gen / 2) at the copy and the read bandwidth; cuda stores every
-                 * matrix, the embedding table too, in the compute type */
+                 * matrix, the embedding table too, packed as the file has it or in
+                 * the compute type */
                 double step_bytes = 0.0, limit = 0.0, read_limit = 0.0;
                 if (cuda && bw.copy_bytes_per_s > 0) {
                     hr_plan pl;
                     hr_engine_plan(e, &pl);
-                    const uint64_t row = hr_dtype_row_bytes(want, in.n_embd);
+                    const bool packed =
+                        !o.ep.expand_weights && hr_dtype_row_bytes(wt, in.n_embd) <
+                                                    hr_dtype_row_bytes(want, in.n_embd);
+                    const uint64_t row = hr_dtype_row_bytes(packed ? wt : want, in.n_embd);
                     const uint64_t table = in.tie_embeddings ? 0 : (uint64_t)in.n_vocab * row;
                     step_bytes = (double)(mr.weights - table) +
                                  (double)batch * (double)pl.kv_per_token *
@@ -395,6 +425,8 @@ int cmd_bench(int argc, char **argv) {
                            "\"weights\": \"%s\", "
                            "\"dtype\": \"%s\", \"attn\": \"%s\", \"graphs\": \"%s\", "
                            "\"overlap\": \"%s\", \"norm_fold\": \"%s\", "
+                           "\"expand\": %s, \"prefix_cache\": %s, \"shared_prefix\": %lld, "
+                           "\"prefix_hit_tokens\": %llu, "
                            "\"batch\": %lld, \"prompt\": %lld, \"gen\": %lld, \"threads\": %d, "
                            "\"ttft_ms\": %.3f, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.3f, "
                            "\"repeat\": %lld, \"prefill_tok_s_range\": [%.2f, %.2f], "
@@ -406,7 +438,10 @@ int cmd_bench(int argc, char **argv) {
                            hr_engine_device_desc(e),
                            hr_engine_device_name(e), hr_engine_device_path(e), shape,
                            hr_dtype_name(wt), dname, aname,
-                           gname, oname, fname, (long long)batch, (long long)prompt, (long long)gen,
+                           gname, oname, fname, o.ep.expand_weights ? "true" : "false",
+                           o.ep.prefix_cache ? "true" : "false", (long long)shared,
+                           (unsigned long long)hit_tokens, (long long)batch, (long long)prompt,
+                           (long long)gen,
                            o.ep.n_threads, ttft.median, prefill.median, decode.median,
                            (long long)repeat, prefill.min, prefill.max, decode.min, decode.max,
                            (unsigned long long)peak,

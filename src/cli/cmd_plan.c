@@ -12,6 +12,7 @@
  */
 #include "cli/cli.h"
 #include "cli/plan_svg.h"
+#include "backend/packed.h" /* packed_type_of: what the GPU keeps packed */
 
 #include <stdio.h>
 #include <string.h>
@@ -46,23 +47,25 @@ static void help(FILE *f) {
     cli_engine_help(f, CLI_PLAN);
 }
 
-/* How the device holds the weights: on cuda expanded to the compute type;
- * on the cpu as the file stores them (the matrices' types, largest first). */
+/* How the device holds the weights (the matrices' types, largest first): on
+ * the cpu as the file stores them; on cuda packed where the GPU has kernels
+ * for the type (backend/packed.h), else expanded to the compute type. */
 static void weights_note(const hr_model *m, const cli_engine_opts *o, hr_device dev,
                          char *buf, size_t cap) {
-    if (dev == HR_DEVICE_CUDA) {
-        snprintf(buf, cap, "as the GPU stores them (%s)", hr_dtype_name(o->ep.dtype));
-        return;
-    }
     hr_model_info in;
     hr_model_get_info(m, &in);
     uint64_t by[HR_DTYPE_COUNT] = {0};
     for (int32_t i = 0; i < in.n_tensors; i++) {
         hr_tensor_desc t;
-        if (hr_model_tensor(m, i, &t) == HR_OK && t.n_dim >= 2)
-            by[t.dtype] += t.n_bytes;
+        if (hr_model_tensor(m, i, &t) != HR_OK || t.n_dim < 2)
+            continue;
+        hr_dtype as = t.dtype;
+        if (dev == HR_DEVICE_CUDA &&
+            (o->ep.expand_weights || packed_type_of(t.dtype) == PACKED_W16))
+            as = o->ep.dtype;
+        by[as] += t.n_bytes;
     }
-    int n = snprintf(buf, cap, "as stored (");
+    int n = snprintf(buf, cap, dev == HR_DEVICE_CUDA ? "as the GPU stores them (" : "as stored (");
     for (int k = 0; k < 3; k++) { /* the three largest types are enough to say it */
         int best = -1;
         for (int t = 0; t < HR_DTYPE_COUNT; t++)

@@ -16,16 +16,9 @@ static void help(FILE *f) {
                "  -p, --prompt TEXT     the prompt (BOS added as the tokenizer says)\n"
                "  -n N                  new tokens at most (default 256; -1: until the\n"
                "                        context is full)\n"
-               "  --temp T              temperature (default 0.8; 0 = greedy)\n"
-               "  --top-k K             keep the K most likely tokens (default 40; 0 = off)\n"
-               "  --top-p P             nucleus sampling (default 0.95; 1 = off)\n"
-               "  --min-p P             drop tokens below P x the top probability\n"
-               "                        (default 0.05; 0 = off)\n"
-               "  --repeat-penalty R    penalise recent tokens (default 1 = off)\n"
-               "  --repeat-last-n N     how many recent tokens (default 64)\n"
-               "  --seed S              random seed (default: from the clock)\n"
                "  --stop TEXT           stop when TEXT appears (repeatable)\n"
                "  --ignore-eos          keep going past end-of-sequence tokens\n");
+    cli_sampling_help(f);
     cli_engine_help(f, CLI_RUN);
 }
 
@@ -53,8 +46,9 @@ int cmd_run(int argc, char **argv) {
     int32_t n_stop = 0;
     for (int i = 1; i < argc; i++) {
         int64_t n;
-        double x;
         int r = cli_engine_option(argc, argv, &i, &o);
+        if (r == 0)
+            r = cli_sampling_option(argc, argv, &i, &sp);
         if (r < 0)
             return 1;
         if (r > 0)
@@ -70,34 +64,6 @@ int cmd_run(int argc, char **argv) {
             if (!cli_int(argc, argv, &i, -1, 1 << 24, &n))
                 return 1;
             sp.max_tokens = (int32_t)n;
-        } else if (strcmp(a, "--temp") == 0) {
-            if (!cli_float(argc, argv, &i, 0.0, 100.0, &x))
-                return 1;
-            sp.temperature = (float)x;
-        } else if (strcmp(a, "--top-k") == 0) {
-            if (!cli_int(argc, argv, &i, 0, 1 << 24, &n))
-                return 1;
-            sp.top_k = (int32_t)n;
-        } else if (strcmp(a, "--top-p") == 0) {
-            if (!cli_float(argc, argv, &i, 1e-6, 1.0, &x))
-                return 1;
-            sp.top_p = (float)x;
-        } else if (strcmp(a, "--min-p") == 0) {
-            if (!cli_float(argc, argv, &i, 0.0, 1.0, &x))
-                return 1;
-            sp.min_p = (float)x;
-        } else if (strcmp(a, "--repeat-penalty") == 0) {
-            if (!cli_float(argc, argv, &i, 1e-3, 100.0, &x))
-                return 1;
-            sp.repeat_penalty = (float)x;
-        } else if (strcmp(a, "--repeat-last-n") == 0) {
-            if (!cli_int(argc, argv, &i, 0, 1 << 20, &n))
-                return 1;
-            sp.repeat_last_n = (int32_t)n;
-        } else if (strcmp(a, "--seed") == 0) {
-            if (!cli_int(argc, argv, &i, 0, INT64_MAX, &n))
-                return 1;
-            sp.seed = (uint64_t)n;
         } else if (strcmp(a, "--stop") == 0) {
             if (n_stop == RUN_MAX_STOP) {
                 cli_error("run: at most %d --stop strings", RUN_MAX_STOP);

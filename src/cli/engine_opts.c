@@ -1,4 +1,4 @@
-/* engine_opts.c — the options shared by run, perplexity, bench and plan. */
+/* engine_opts.c — the options shared by run, chat, perplexity, bench and plan. */
 #include "cli/cli.h"
 
 #include <string.h>
@@ -51,10 +51,11 @@ void cli_memory_report(const hr_engine *e, const char *when) {
  * to (the others refuse it and leave it out of their --help). */
 typedef enum {
     OPT_MODEL, OPT_SYNTHETIC, OPT_WEIGHTS, OPT_DEVICE, OPT_THREADS, OPT_CTX, OPT_KV_DTYPE,
-    OPT_DTYPE, OPT_EXACT, OPT_MMAP, OPT_MEM, OPT_PARALLEL, OPT_OVERFLOW, OPT_MEM_REPORT,
+    OPT_DTYPE, OPT_EXPAND, OPT_EXACT, OPT_MMAP, OPT_MEM, OPT_PARALLEL, OPT_OVERFLOW,
+    OPT_NO_PREFIX_CACHE, OPT_MEM_REPORT,
 } opt_key;
 
-enum { ALL = CLI_RUN | CLI_PERPLEXITY | CLI_BENCH | CLI_PLAN };
+enum { ALL = CLI_RUN | CLI_PERPLEXITY | CLI_BENCH | CLI_PLAN | CLI_CHAT };
 
 static const struct {
     opt_key key;
@@ -70,7 +71,7 @@ static const struct {
      "                     smollm2-135m) instead of -m\n"},
     {OPT_WEIGHTS, "--weights", NULL, CLI_BENCH | CLI_PLAN,
      "  --weights TYPE     weight type of --synthetic (f16; bf16 f32 q8_0 q4_0\n"
-     "                     q4_1 q4_k q6_k ...)\n"},
+     "                     q4_1 q4_k q6_k ...), as the device stores it\n"},
     {OPT_DEVICE, "--device", NULL, ALL,
      "  --device cpu|cuda  where to run (default: cuda when available)\n"},
     {OPT_THREADS, "--threads", "-t", ALL,
@@ -81,10 +82,13 @@ static const struct {
     {OPT_KV_DTYPE, "--kv-dtype", NULL, ALL,
      "  --kv-dtype TYPE    KV cache element type: f32, f16, bf16 (default: f32 on\n"
      "                     the cpu, the compute type on cuda)\n"},
-    {OPT_DTYPE, "--dtype", NULL, CLI_RUN | CLI_PERPLEXITY | CLI_PLAN,
-     "  --dtype bf16|f16   cuda: compute and storage type of weights (bf16); the\n"
-     "                     cpu computes in f32 with the weights as stored\n"},
-    {OPT_EXACT, "--exact", NULL, CLI_RUN | CLI_PERPLEXITY | CLI_BENCH,
+    {OPT_DTYPE, "--dtype", NULL, CLI_RUN | CLI_PERPLEXITY | CLI_PLAN | CLI_CHAT,
+     "  --dtype bf16|f16   cuda: compute type, and storage type of 16-bit weights\n"
+     "                     (bf16); the cpu computes in f32 with the weights as stored\n"},
+    {OPT_EXPAND, "--expand", NULL, ALL,
+     "  --expand           cuda: expand quantized weights to the compute type at\n"
+     "                     load instead of keeping them packed (2-4x the memory)\n"},
+    {OPT_EXACT, "--exact", NULL, CLI_RUN | CLI_PERPLEXITY | CLI_BENCH | CLI_CHAT,
      "  --exact            cpu: f32 activations for quantized and f16 weights\n"
      "                     (not rounded to 8 or 16 bits): slower, matches the\n"
      "                     reference closely\n"},
@@ -100,7 +104,10 @@ static const struct {
     {OPT_OVERFLOW, "--context-overflow", NULL, CLI_RUN,
      "  --context-overflow error|truncate  a prompt longer than the context:\n"
      "                     refuse it (default) or keep its most recent tokens\n"},
-    {OPT_MEM_REPORT, "--mem-report", NULL, CLI_RUN | CLI_PERPLEXITY | CLI_BENCH,
+    {OPT_NO_PREFIX_CACHE, "--no-prefix-cache", NULL, CLI_RUN | CLI_BENCH | CLI_CHAT,
+     "  --no-prefix-cache  prefill every prompt whole, even where another request\n"
+     "                     computed the same first KV blocks\n"},
+    {OPT_MEM_REPORT, "--mem-report", NULL, CLI_RUN | CLI_PERPLEXITY | CLI_BENCH | CLI_CHAT,
      "  --mem-report       print the memory planned and held, by part, after\n"
      "                     loading and at the end\n"},
 };
@@ -190,6 +197,9 @@ int cli_engine_option(int argc, char **argv, int *i, cli_engine_opts *o) {
         }
         o->dtype_given = true;
         break;
+    case OPT_EXPAND:
+        o->ep.expand_weights = true;
+        break;
     case OPT_EXACT:
         o->ep.exact_matmul = true;
         break;
@@ -216,6 +226,9 @@ int cli_engine_option(int argc, char **argv, int *i, cli_engine_opts *o) {
             cli_error("--context-overflow: '%s' is not error or truncate", v);
             return -1;
         }
+        break;
+    case OPT_NO_PREFIX_CACHE:
+        o->ep.prefix_cache = false;
         break;
     case OPT_MEM_REPORT:
         o->mem_report = true;

@@ -46,7 +46,8 @@ hr_engine_params hr_engine_params_default(void) {
                               .n_batch = 512,
                               .kv_block_size = 16,
                               .kv_dtype = HR_DTYPE_COUNT,
-                              .dtype = HR_DTYPE_BF16};
+                              .dtype = HR_DTYPE_BF16,
+                              .prefix_cache = true};
 }
 
 /* The one set of sampling defaults (run and every front end take these):
@@ -173,12 +174,14 @@ void engine_config(const hr_model *m, const hr_engine_params *p, be_config *cfg,
                       .exact_matmul = p->exact_matmul,
                       .compute = p->dtype,
                       .tuning = p->tuning ? *p->tuning : hr_tuning_default(),
+                      .expand_weights = p->expand_weights,
                       .progress = p->progress};
     /* cpu: the matrices leave the file mapping for huge-page memory, unless
      * asked not to (a synthetic model's weights are its own memory already) */
     if (p->device == HR_DEVICE_CPU && !p->use_mmap && (m->gguf != NULL || m->st != NULL))
         bp->weight_copy_bytes = llama_weight_copy_bytes(m);
     bp->weights_in_huge_pages = m->synthetic_data != NULL;
+    bp->packed = p->device == HR_DEVICE_CUDA && llama_packed_weights(m, bp);
 }
 
 static const char *gib(uint64_t n, char *buf, size_t cap) {
@@ -255,7 +258,8 @@ hr_status hr_engine_create(const hr_model *m, const hr_engine_params *params, hr
         goto fail;
     if ((s = llama_create(m, e->be, &cfg, &e->lm, err)) != HR_OK)
         goto fail;
-    if ((s = kv_create(cfg.n_block, cfg.block_size, cfg.n_seq_max, max_blocks, &e->kv, err)) !=
+    if ((s = kv_create(cfg.n_block, cfg.block_size, cfg.n_seq_max, max_blocks, p.prefix_cache,
+                       &e->kv, err)) !=
         HR_OK)
         goto fail;
 
@@ -320,10 +324,19 @@ void hr_engine_memory(const hr_engine *e, hr_memory_report *out) {
 
 int32_t hr_engine_n_active(const hr_engine *e) { return e->n_reqs; }
 
+void hr_engine_get_stats(const hr_engine *e, hr_engine_stats *out) {
+    *out = e->stats;
+    out->kv_blocks = e->kv->n_block;
+    out->kv_blocks_free = e->kv->n_free;
+    out->kv_blocks_cached = e->kv->n_idle;
+    out->kv_block_size = e->kv->block_size;
+}
+
 /* ---------------------------------------------------------------- the step */
 
 /* Admits waiting requests in arrival order while a slot and their KV blocks
- * are free. Stops at the first that does not fit, so none is overtaken. */
+ * are free. Stops at the first that does not fit, so none is overtaken. The
+ * prompt's longest prefix in the prefix cache is attached, not prefilled. */
 static void admit(hr_engine *e) {
     for (int32_t i = 0; i < e->n_reqs; i++) {
         engine_request *r = e->reqs[i];
@@ -331,14 +344,34 @@ static void admit(hr_engine *e) {
             continue;
         int32_t need = r->n_prompt + (r->max_new < 0 ? e->n_ctx : r->max_new);
         need = need > e->n_ctx ? e->n_ctx : need;
-        if (kv_blocks_for(e->kv, need) > e->kv->n_free)
-            return;
         int32_t seq = kv_seq_acquire(e->kv);
         if (seq < 0)
             return;
-        hr_status s = kv_seq_reserve(e->kv, seq, need, NULL);
-        HR_ASSERT(s == HR_OK); /* checked just above */
+        uint64_t chain;
+        const int32_t hit = kv_seq_match(e->kv, seq, r->tokens, r->n_prompt, &chain);
+        if (kv_seq_reserve(e->kv, seq, need, NULL) != HR_OK) {
+            kv_seq_release(e->kv, seq); /* the matched blocks go back to the idle list */
+            return;
+        }
         r->seq = seq;
+        r->n_cached = hit;
+        r->n_published = hit / e->kv->block_size;
+        r->chain = chain;
+        e->stats.prompt_tokens += (uint64_t)r->n_prompt;
+        e->stats.prefix_hit_tokens += (uint64_t)hit;
+    }
+}
+
+/* Offers r's blocks that its cached tokens now fill to the prefix cache. */
+static void publish(hr_engine *e, engine_request *r) {
+    const int32_t BS = e->kv->block_size;
+    if (!e->kv->prefix || r->seq < 0)
+        return;
+    while ((r->n_published + 1) * BS <= r->n_cached) {
+        const int32_t *t = r->tokens + (int64_t)r->n_published * BS;
+        r->chain = kv_block_hash(r->chain, t, BS);
+        kv_seq_publish(e->kv, r->seq, r->n_published, r->chain, t);
+        r->n_published++;
     }
 }
 
@@ -565,6 +598,7 @@ static hr_status take_queued(hr_engine *e, engine_request *r, hr_event *ev, int3
     if (s != HR_OK)
         return s;
     r->n_cached++;
+    publish(e, r);
     if (r->cancel) {
         finish(e, r, HR_FINISH_CANCELLED);
         return HR_OK; /* reported by the next step */
@@ -697,6 +731,7 @@ hr_status hr_engine_step(hr_engine *e, hr_event *events, int32_t cap, int32_t *n
     for (int32_t i = 0; i < e->n_reqs; i++) {
         engine_request *r = e->reqs[i];
         r->n_cached += r->n_step;
+        publish(e, r);
         if (r->max_new == 0 && r->n_cached == r->n_tokens) /* reported by the next step */
             finish(e, r, HR_FINISH_LENGTH);
     }

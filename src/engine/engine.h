@@ -26,6 +26,8 @@ typedef struct {
     int32_t n_tokens;
     int32_t n_prompt;
     int32_t n_cached;     /* tokens whose K/V are in the cache */
+    int32_t n_published;  /* full blocks offered to the prefix cache (or found there) */
+    uint64_t chain;       /* the chained hash of those blocks (kv_block_hash) */
     int32_t n_step;       /* rows fed in the current step */
     int32_t n_gen;
     int32_t max_new;      /* -1: until the context is full */
@@ -50,6 +52,7 @@ struct hr_engine {
     const hr_tokenizer *tok;
     hr_engine_params p;           /* as resolved (p.tuning not kept: the caller's) */
     bool no_overlap;              /* hr_tuning's */
+    hr_engine_stats stats;        /* counters since create (KV fields filled when read) */
     hr_plan plan;                 /* what was planned (and taken) at create */
     hr_device device;
     const be_device *dev;         /* its entry in the registry (backend/registry.h) */
@@ -93,6 +96,13 @@ hr_status engine_resolve(const hr_model *m, const hr_engine_params *params, bool
  * hr_engine_create and the planner use. */
 void engine_config(const hr_model *m, const hr_engine_params *p, be_config *cfg, be_params *bp);
 engine_request *engine_find(hr_engine *e, int32_t id);
+/* hr_generate from token ids: the request alone on the engine, its text
+ * streamed; the generated ids (up to out_cap, the end-of-generation one
+ * included) go to out when it is not NULL. */
+hr_status engine_generate_ids(hr_engine *e, const int32_t *ids, int32_t n,
+                              const hr_sampling_params *params, hr_text_fn on_text,
+                              void *user_data, int32_t *out, int32_t out_cap, int32_t *n_out,
+                              hr_generation_stats *stats, hr_error *err);
 bool engine_is_eos(const hr_engine *e, int32_t token);
 void engine_request_free(engine_request *r);
 /* Feeds token's text (token -1: none) through the UTF-8 stream and the

@@ -174,16 +174,32 @@ hr_status hr_plan_compute(const hr_model *m, const hr_engine_params *params, hr_
                 plan.fit_kv_total = t.total;
             }
         }
-        if (p.device == HR_DEVICE_CPU) { /* quantized weights run on the cpu */
+        /* quantized weights: the cpu runs them as stored, the gpu keeps them
+         * packed (the file's bytes, each plane of a matrix 256-byte aligned,
+         * and the packed GEMV's workspace when the model had none) */
+        if (!p.expand_weights) {
             static const hr_dtype quant[] = {HR_DTYPE_Q8_0, HR_DTYPE_Q4_K, HR_DTYPE_Q4_0};
-            /* the matrices as the plan counts them: mapped, or copied */
-            const uint64_t file_weights =
-                plan.weights_mapped ? plan.weights_mapped : llama_weight_copy_bytes(m);
+            uint64_t now = plan.weights, extra = 0;
+            if (p.device == HR_DEVICE_CPU) { /* the matrices: mapped, or copied */
+                now = plan.weights_mapped ? plan.weights_mapped : llama_weight_copy_bytes(m);
+            } else {
+                be_config cfg;
+                be_params bp;
+                engine_config(m, &p, &cfg, &bp);
+                extra = (uint64_t)m->info.n_tensors * PACKED_PLANES * SIZES_CUDA_ALIGN;
+                if (!bp.packed)
+                    extra += sizes_cuda_xq_bytes(cfg.max_rows < SIZES_CUDA_PACKED_GEMV_ROWS
+                                                     ? cfg.max_rows
+                                                     : SIZES_CUDA_PACKED_GEMV_ROWS,
+                                                 m->info.n_ff > m->info.n_embd ? m->info.n_ff
+                                                                               : m->info.n_embd) +
+                             SIZES_CUDA_DEQUANT_SCRATCH;
+            }
             for (size_t i = 0; i < sizeof quant / sizeof quant[0]; i++) {
                 uint64_t wb;
                 if (!hr_model_weight_bytes_as(m, quant[i], &wb))
                     continue;
-                uint64_t total = plan.total - file_weights + wb;
+                uint64_t total = plan.total - now + wb + extra;
                 if (total <= budget) {
                     plan.fit_weights = quant[i];
                     plan.fit_weights_total = total;

@@ -201,8 +201,6 @@ int32_t engine_request_text(engine_request *r, int32_t token, bool flush) {
 hr_status hr_generate(hr_engine *e, const char *prompt, size_t len,
                       const hr_sampling_params *params, hr_text_fn on_text, void *user_data,
                       hr_generation_stats *stats, hr_error *err) {
-    hr_generation_stats st = {0};
-    double t0 = engine_now_ms();
     if (e->n_reqs > 0)
         return hr_err_set(err, HR_ERR_INVALID, "hr_generate: the engine has other requests");
     if (!e->tok)
@@ -223,12 +221,27 @@ hr_status hr_generate(hr_engine *e, const char *prompt, size_t len,
         hr_free(ids);
         cap = n;
     }
-    int32_t id = -1;
     if (s == HR_OK && n > (size_t)INT32_MAX)
         s = hr_err_set(err, HR_ERR_NO_FIT, "hr_generate: the prompt is too long");
     if (s == HR_OK)
-        s = hr_engine_add(e, ids, (int32_t)n, params, &id, err);
+        s = engine_generate_ids(e, ids, (int32_t)n, params, on_text, user_data, NULL, 0, NULL,
+                                stats, err);
     hr_free(ids);
+    return s;
+}
+
+hr_status engine_generate_ids(hr_engine *e, const int32_t *ids, int32_t n,
+                              const hr_sampling_params *params, hr_text_fn on_text,
+                              void *user_data, int32_t *out, int32_t out_cap, int32_t *n_out,
+                              hr_generation_stats *stats, hr_error *err) {
+    hr_generation_stats st = {0};
+    const double t0 = engine_now_ms();
+    if (n_out)
+        *n_out = 0;
+    if (e->n_reqs > 0)
+        return hr_err_set(err, HR_ERR_INVALID, "generate: the engine has other requests");
+    int32_t id = -1;
+    hr_status s = hr_engine_add(e, ids, n, params, &id, err);
     if (s != HR_OK)
         return s;
     st.n_prompt = engine_find(e, id)->n_prompt; /* after any truncation */
@@ -255,6 +268,8 @@ hr_status hr_generate(hr_engine *e, const char *prompt, size_t len,
                     t_first = engine_now_ms();
                     st.first_token_ms = t_first - t0;
                 }
+                if (out && n_out && *n_out < out_cap)
+                    out[(*n_out)++] = ev[i].token;
                 st.n_gen++;
             }
             if (ev[i].text_len > 0 && on_text &&

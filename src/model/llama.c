@@ -212,8 +212,10 @@ fail:
 
 typedef struct {
     sizes_device d;
+    const be_params *bp;
     uint64_t weights;
     int64_t max_k;
+    bool packed; /* some weight stored packed (cuda) */
 } plan_ctx;
 
 static hr_status plan_weight(void *ctx, const weight_spec *w) {
@@ -221,7 +223,9 @@ static hr_status plan_weight(void *ctx, const weight_spec *w) {
     const model_tensor *const *biases = w->biases[0] || w->biases[1] || w->biases[2]
                                             ? w->biases
                                             : NULL;
-    p->weights += sizes_weight(p->d, w->parts, biases, w->n_parts);
+    p->weights += sizes_weight(p->d, p->bp, w->parts, biases, w->n_parts);
+    sizes_run runs[3];
+    p->packed |= p->d == SIZES_CUDA && sizes_cuda_runs(p->bp, w->parts, w->n_parts, runs) > 0;
     p->max_k = w->parts[0]->ne[0] > p->max_k ? w->parts[0]->ne[0] : p->max_k;
     return HR_OK;
 }
@@ -242,6 +246,12 @@ static hr_status copy_bytes_vector(void *ctx, const vector_spec *v) {
     return HR_OK;
 }
 
+bool llama_packed_weights(const hr_model *m, const be_params *bp) {
+    plan_ctx pc = {.d = SIZES_CUDA, .bp = bp};
+    each_weight(m, NULL, plan_weight, plan_vector, &pc); /* never fail */
+    return pc.packed;
+}
+
 uint64_t llama_weight_copy_bytes(const hr_model *m) {
     uint64_t n = 0;
     each_weight(m, NULL, copy_bytes_weight, copy_bytes_vector, &n); /* never fail */
@@ -251,7 +261,7 @@ uint64_t llama_weight_copy_bytes(const hr_model *m) {
 void llama_plan(const hr_model *m, sizes_device d, const be_params *bp, const be_config *cfg,
                 be_memory *out) {
     const hr_model_info *in = &m->info;
-    plan_ctx pc = {.d = d};
+    plan_ctx pc = {.d = d, .bp = bp};
     each_weight(m, NULL, plan_weight, plan_vector, &pc); /* the callbacks never fail */
     tensor_spec ts[9];
     int n_ts = tensor_specs(in, cfg, NULL, ts);

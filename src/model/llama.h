@@ -20,6 +20,10 @@ void llama_free(llama *lm);
  * CPU backend copies them (sizes_weight_copy): its be_params.weight_copy_bytes. */
 uint64_t llama_weight_copy_bytes(const hr_model *m);
 
+/* Whether the GPU stores some weight of m packed under bp (sizes_cuda_runs):
+ * its be_params.packed. */
+bool llama_packed_weights(const hr_model *m, const be_params *bp);
+
 /* The bytes llama_create would have the backend allocate, by part
  * (weights, kv, activations, workspace), without allocating anything: the
  * same list of weights and tensors, sized by backend/sizes.h. m may be a

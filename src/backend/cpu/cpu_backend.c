@@ -126,7 +126,7 @@ static hr_status cpu_weight_create(hr_backend *b, const model_tensor *const *par
     }
     if (w->k > c->matmul_max_k)
         c->matmul_max_k = w->k;
-    c->vector_bytes += sizes_weight(SIZES_CPU, parts, biases, n_parts);
+    c->vector_bytes += sizes_weight(SIZES_CPU, &(be_params){0}, parts, biases, n_parts);
     *out = w;
     return HR_OK;
 }

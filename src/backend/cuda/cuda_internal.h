@@ -13,6 +13,8 @@
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_profile.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kernels_packed.h"
+#include "backend/packed.h"
 
 #define HR_CUDA_TRY(expr)                                                                  \
     do {                                                                                   \
@@ -27,9 +29,14 @@
 typedef enum { MEM_WEIGHTS, MEM_KV, MEM_ACT, MEM_WORK, MEM_PARTS } mem_part;
 
 struct be_weight {
-    void *w;       /* (n_rows, k) ck, the parts stacked */
+    void *w;       /* (n_rows, k) ck, the parts stacked; NULL when packed */
     float *bias;   /* (n_rows) f32 or NULL */
     int64_t n_rows, k;
+    /* packed (backend/packed.h): runs of parts of one type (sizes_cuda_runs),
+     * run i holding rows [run_row0[i], run_row0[i] + run[i].N) */
+    int n_runs;
+    packed_matrix run[3];
+    int64_t run_row0[3];
 };
 
 struct be_vector {
@@ -66,6 +73,12 @@ typedef struct {
     int n_splits;         /* flash-decoding splits the workspace holds */
     int dec_fill;         /* decode blocks a step aims at (dec_splits) */
     float *att_work;
+    /* packed weights (n_packed of them): the activations quantized for the
+     * packed GEMV, and the 16-bit scratch a longer step expands them into */
+    int n_packed;
+    int64_t max_k; /* the widest weight's K (the quantized activations' width) */
+    void *xq;
+    void *dequant;
     /* step metadata: pinned host mirror and device copy, fixed offsets */
     int32_t *h_meta, *d_meta;
     size_t meta_ints;

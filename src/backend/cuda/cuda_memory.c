@@ -248,6 +248,15 @@ hr_status cuda_kv_alloc(hr_backend *b, const be_config *cfg, hr_error *err) {
                           (void **)&c->att_work, err));
     HR_TRY(cuda_dev_alloc(c, (size_t)(in->head_dim / 2) * sizeof(float), MEM_WORK, "rope",
                           (void **)&c->inv_freq, err));
+    if (c->p.packed) { /* sizes_workspace's packed part */
+        const int64_t xq_rows = cfg->max_rows < SIZES_CUDA_PACKED_GEMV_ROWS
+                                    ? cfg->max_rows
+                                    : SIZES_CUDA_PACKED_GEMV_ROWS;
+        HR_TRY(cuda_dev_alloc(c, sizes_cuda_xq_bytes(xq_rows, c->max_k), MEM_WORK,
+                              "packed GEMV activations", &c->xq, err));
+        HR_TRY(cuda_dev_alloc(c, SIZES_CUDA_DEQUANT_SCRATCH, MEM_WORK, "packed GEMM scratch",
+                              &c->dequant, err));
+    }
     HR_TRY(cuda_pstep_alloc(c, err));
     HR_CUDA_TRY(cudaMemcpy(c->inv_freq, cfg->rope_inv_freq,
                            (size_t)(in->head_dim / 2) * sizeof(float), cudaMemcpyHostToDevice));

@@ -9,6 +9,8 @@
  */
 #include "backend/cuda/cuda_internal.h"
 
+#include "backend/sizes.h"
+
 #include <math.h>
 
 /* The shortest flash-decoding split: one round of the decode kernel's 4
@@ -50,8 +52,12 @@ void cuda_embed(hr_backend *b, be_tensor *x, const be_weight *tok_embd) {
         return;
     }
     cuda_mark(c, "embed", 0, 0);
-    ck_embed(c->stream, x->data, x->ld, tok_embd->w, c->dt, cuda_meta(c, c->o_tok),
-             c->n_rows, (int)tok_embd->k);
+    if (tok_embd->n_runs > 0)
+        ck_embed_packed(c->stream, x->data, x->ld, &tok_embd->run[0], cuda_meta(c, c->o_tok),
+                        c->n_rows);
+    else
+        ck_embed(c->stream, x->data, x->ld, tok_embd->w, c->dt, cuda_meta(c, c->o_tok),
+                 c->n_rows, (int)tok_embd->k);
     cuda_op_error(c, "embed");
 }
 
@@ -83,6 +89,46 @@ void cuda_add_rmsnorm(hr_backend *b, be_tensor *x, const be_tensor *dx, be_tenso
     cuda_op_error(c, "add_rmsnorm");
 }
 
+/* y = x . W^T on a packed weight: steps of up to SIZES_CUDA_PACKED_GEMV_ROWS
+ * rows through the packed GEMV, 8 rows a launch (each launch reads the
+ * packed matrix once: at 4 bits, 8 reads cost what one 16-bit read does);
+ * longer steps expand chunks of rows into the 16-bit scratch for cuBLASLt. */
+static void matmul_packed(cuda_backend *c, be_tensor *y, const be_tensor *x, const be_weight *w,
+                          int64_t n) {
+    const size_t y_elem = y->narrow ? 2 : 4;
+    cuda_mark(c, n <= SIZES_CUDA_PACKED_GEMV_ROWS ? "gemv_packed" : "gemm_packed", w->n_rows,
+              w->k);
+    if (!c->xq || !c->dequant) {
+        c->step_status = hr_err_set(&c->step_err, HR_ERR_INVALID,
+                                    "cuda: a packed weight without the planned workspace");
+        return;
+    }
+    if (n <= SIZES_CUDA_PACKED_GEMV_ROWS) {
+        ck_quantize_x(c->stream, c->xq, x->data, x->ld, c->dt, (int)n, (int)w->k);
+        for (int i = 0; i < w->n_runs; i++)
+            ck_gemv_packed(c->stream, (uint8_t *)y->data + (size_t)w->run_row0[i] * y_elem,
+                           y->narrow, y->ld, c->xq, &w->run[i],
+                           w->bias ? w->bias + w->run_row0[i] : NULL, c->dt, (int)n);
+        return;
+    }
+    const int64_t chunk = (int64_t)(SIZES_CUDA_DEQUANT_SCRATCH / ((uint64_t)w->k * 2));
+    for (int i = 0; i < w->n_runs; i++)
+        for (int64_t r0 = 0; r0 < w->run[i].N; r0 += chunk) {
+            const int64_t r1 = r0 + chunk < w->run[i].N ? r0 + chunk : w->run[i].N;
+            ck_dequant_packed(c->stream, c->dequant, w->k, c->dt, &w->run[i], r0, r1);
+            hr_status s = cuda_gemm_run(
+                c->gemm, c->stream, (uint8_t *)y->data + (size_t)(w->run_row0[i] + r0) * y_elem,
+                y->narrow, y->ld, x->data, x->ld, c->dequant, c->dt, (int)n, (int)(r1 - r0),
+                (int)w->k, &c->step_err);
+            if (s != HR_OK) {
+                c->step_status = s;
+                return;
+            }
+        }
+    if (w->bias)
+        ck_add_bias(c->stream, y->data, y->narrow, y->ld, w->bias, (int)n, (int)w->n_rows, c->dt);
+}
+
 void cuda_matmul(hr_backend *b, be_tensor *y, const be_tensor *x, const be_weight *w, int64_t n) {
     cuda_backend *c = (cuda_backend *)b;
     OP_PRELUDE(c);
@@ -90,6 +136,11 @@ void cuda_matmul(hr_backend *b, be_tensor *y, const be_tensor *x, const be_weigh
         return;
     if (c->pstep) {
         cuda_pstep_gemv(c, y, x, w);
+        return;
+    }
+    if (w->n_runs > 0) {
+        matmul_packed(c, y, x, w, n);
+        cuda_op_error(c, "matmul");
         return;
     }
     cuda_mark(c, n <= CK_GEMV_MAX_ROWS ? "gemv" : "gemm", w->n_rows, w->k);
