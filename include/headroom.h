@@ -268,7 +268,8 @@ typedef struct hr_engine hr_engine;
 
 typedef struct {
     hr_device device;
-    int32_t n_threads;     /* cpu worker threads; 0 = every core */
+    int32_t n_threads;     /* cpu worker threads; 0 = every core this process may run on (its
+                              affinity mask); more than that is clamped, with a warning */
     int32_t n_ctx;         /* tokens per sequence, prompt included; 0 = the model's */
     int32_t n_seq_max;     /* sequences decoded together */
     int32_t n_batch;       /* rows per step at most (prompt chunk size) */

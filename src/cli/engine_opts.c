@@ -75,7 +75,8 @@ static const struct {
     {OPT_DEVICE, "--device", NULL, ALL,
      "  --device cpu|cuda  where to run (default: cuda when available)\n"},
     {OPT_THREADS, "--threads", "-t", ALL,
-     "  --threads N        cpu threads (default: every core)\n"},
+     "  --threads N        cpu threads (default: every core the process may run\n"
+     "                     on; more are clamped to that, with a warning)\n"},
     {OPT_CTX, "--ctx", "-c", ALL,
      "  --ctx N            tokens per sequence (default: the model's, or the most\n"
      "                     that fits)\n"},

@@ -19,6 +19,7 @@
  * those blocks are reserved then, so generation can never run out of KV
  * memory halfway. A request that could never fit is refused by hr_engine_add.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "engine/engine.h"
 
 #include "backend/registry.h"
@@ -27,6 +28,7 @@
 #include "util/alloc.h"
 #include "util/log.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -129,6 +131,14 @@ static int32_t longest_piece(const hr_tokenizer *tok) {
 
 /* Fills in the defaults that depend on the device and the model: the
  * device, the KV type, the thread count. n_ctx stays 0 (the planner picks). */
+int32_t engine_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return (int32_t)CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int32_t)n : 1;
+}
+
 hr_status engine_resolve(const hr_model *m, const hr_engine_params *params, bool need_device,
                          hr_engine_params *out, hr_error *err) {
     hr_engine_params p = params ? *params : hr_engine_params_default();
@@ -151,9 +161,15 @@ hr_status engine_resolve(const hr_model *m, const hr_engine_params *params, bool
     }
     if (p.kv_dtype == HR_DTYPE_COUNT)
         p.kv_dtype = p.device == HR_DEVICE_CUDA ? p.dtype : HR_DTYPE_F32;
+    /* more threads than the cores this process may run on only wait for
+     * each other (each step's work is split evenly): clamped */
+    const int32_t cores = engine_cores();
     if (p.n_threads <= 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        p.n_threads = cores > 0 ? (int32_t)cores : 1;
+        p.n_threads = cores;
+    } else if (p.n_threads > cores) {
+        HR_LOG_W("%d threads asked for, but this process may run on %d core%s: using %d",
+                 p.n_threads, cores, cores == 1 ? "" : "s", cores);
+        p.n_threads = cores;
     }
     *out = p;
     return HR_OK;

@@ -90,6 +90,8 @@ double engine_now_ms(void);
 /* Device choice, KV type, thread count: the defaults that depend on the
  * machine and the model. n_ctx stays as given (0: the planner picks).
  * need_device false lets a plan name cuda on a machine without a GPU. */
+/* The cores this process may run on (its affinity mask). */
+int32_t engine_cores(void);
 hr_status engine_resolve(const hr_model *m, const hr_engine_params *params, bool need_device,
                          hr_engine_params *out, hr_error *err);
 /* The backend configuration of resolved parameters (n_ctx > 0): what both
