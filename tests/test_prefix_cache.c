@@ -49,7 +49,7 @@ static void run(hr_engine *e, const int32_t *prompt, int32_t n, int32_t n_gen, i
             return;
         }
         for (int32_t i = 0; i < n_ev; i++)
-            if (ev[i].token >= 0) {
+            if (ev[i].token >= 0 && got < n_gen) {
                 if (got == 0 && first_logits)
                     memcpy(first_logits, e->logits, (size_t)V * sizeof(float));
                 out[got++] = ev[i].token;
@@ -74,7 +74,7 @@ int main(void) {
         b[i] = i < SHARED ? a[i] : 1 + (i * 53 + 5) % (V - 1);
     }
     float *with = malloc((size_t)V * sizeof(float)), *without = malloc((size_t)V * sizeof(float));
-    int32_t out_with[8], out_without[8], scratch[8];
+    int32_t out_with[8], out_without[8], scratch[32];
 
     /* the reference: no cache, b alone */
     hr_engine *ref = make(m, false, 2, 256, 512);
