@@ -274,8 +274,13 @@ typedef struct {
     int32_t n_seq_max;     /* sequences decoded together */
     int32_t n_batch;       /* rows per step at most (prompt chunk size) */
     int32_t kv_block_size; /* tokens per KV block */
-    hr_dtype kv_dtype;     /* f32, f16 or bf16; HR_DTYPE_COUNT: the device's default
-                              (f32 on the cpu, the compute type on cuda) */
+    hr_dtype kv_dtype;     /* the K cache's type: f32, f16, bf16, or on the cpu q8_0 and
+                              q4_0 (each row of head_dim values as GGUF blocks of 32, as
+                              llama.cpp's cache: head_dim must be a multiple of 32);
+                              HR_DTYPE_COUNT: the device's default (f32 on the cpu, the
+                              compute type on cuda) */
+    hr_dtype kv_dtype_v;   /* the V cache's type, the same choices; HR_DTYPE_COUNT: the
+                              same as kv_dtype. cuda keeps K and V in one type */
     hr_dtype dtype;        /* cuda: compute type, and storage type of 16-bit weights: bf16
                               or f16 */
     bool expand_weights;   /* cuda: quantized weights (GGUF Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,

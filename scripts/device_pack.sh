@@ -32,6 +32,12 @@ strip $out/lib/libheadroom.so
 for lib in $(ldd $build/lib/libheadroom.so | awk '/=>/ {print $3}' | grep -E 'cjson|pcre2|xxhash'); do
   cp -L "$lib" $out/lib/
 done
+# and those the CLI adds: libmicrohttpd (serve), libedit (chat) with libbsd and libmd
+# (GnuTLS, ncurses: Ubuntu has them)
+for lib in $(ldd $build/bin/headroom | awk '/=>/ {print $3}' |
+             grep -E 'microhttpd|libedit|libbsd|libmd\.'); do
+  cp -L "$lib" $out/lib/
+done
 # the binaries name files by the path of this checkout: the device links it
 pwd > $out/source_dir
 du -sh $out

@@ -1,21 +1,28 @@
 // ctest-label: numeric
 /*
- * test_cpu_attention.c — the CPU attention over f32, f16 and bf16 KV caches,
- * and the vec.h primitives it runs on, at every SIMD level this CPU has.
+ * test_cpu_attention.c — the CPU attention over f32, f16, bf16, q8_0 and
+ * q4_0 KV caches (K and V of one type or of two), and the vec.h primitives it
+ * runs on, at every SIMD level this CPU has.
  *
  * Primitives: dot_rows and axpy_rows of each level and element type against
  * a double-precision oracle over the stored (widened, exact) x, for m = 1..9
  * rows (tiles of 4 and every remainder) and lengths 1..40 and around 64 and
  * 128 (every SIMD tail). Rows of a end in NaN padding (a kernel that reads
  * past n returns NaN), x is followed by NaN guard elements, y's strides leave
- * sentinels between the rows that must stay untouched.
+ * sentinels between the rows that must stay untouched. For q8_0 and q4_0, x is
+ * a row of n/32 blocks (n = 32 .. 256) whose oracle values are
+ * quant_dequantize_row's; the blocks are quantized random values, all-zero
+ * blocks, blocks of the largest f16 scale with extreme codes and blocks of a
+ * subnormal scale; guard blocks of NaN scale follow the row.
  *
- * Attention: one backend per cache type on the same steps (a prefill of two
- * sequences through a shuffled block table, then a step mixing a decode row
- * and a chunk), on layer 1 of 2, with group sizes 3, 8 and 1 and head sizes
- * that are not multiples of 16. Each output is checked against a double
- * reference over the cache's own (rounded) K and V, and the 16-bit caches
- * against the f32 one.
+ * Attention: one backend per (K type, V type) on the same steps (a prefill of
+ * two sequences through a shuffled block table, then a step mixing a decode
+ * row and a chunk), on layer 1 of 2, with group sizes 3, 8, 4, 2 and 1 and
+ * head sizes that are not multiples of 16 (f32 and 16-bit caches only) and
+ * multiples of 32 (every type). Each output is checked against a double
+ * reference over the cache's own K and V (rounded, or quantized by the
+ * reference quantizer and dequantized: kv_store must have written exactly
+ * those blocks), and against the f32 cache.
  *
  * Tolerances (u = 2^-24, gamma(n) = n u / (1 - n u), Higham's bound for a sum
  * of n products in any order):
@@ -37,11 +44,19 @@
  *   by at most A_d (exp(2D) - 1 + r) (+ 2^-25), and each output is within the
  *   bound above of its reference; the check is the sum, the rounding part
  *   with a margin of 2.
+ *   A q8_0 / q4_0 cache against the f32 one: no a-priori relative bound (an
+ *   element's error is up to half a step of its block's scale), so the moves
+ *   are measured: D = max_i sum_d |q_d| |dk_id| / sqrt(Dh) for K, and
+ *   W_d = max_i |dv_id| for V; p_i moves by a factor within exp(+-2D), so the
+ *   references differ by at most (exp(2D) - 1) (A_d + W_d) + W_d, checked with
+ *   the same margin of 2.
  */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/vec.h"
 #include "model/model.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
 #include "test.h"
 #include "util/fp16.h"
 
@@ -61,7 +76,11 @@ static float frand(void) { /* uniform in [-1, 1) */
     return (float)((double)(rng >> 40) / (double)(1ull << 23) - 1.0);
 }
 
-static const hr_dtype kv_types[3] = {HR_DTYPE_F32, HR_DTYPE_F16, HR_DTYPE_BF16};
+enum { N_TYPES = 5 };
+static const hr_dtype kv_types[N_TYPES] = {HR_DTYPE_F32, HR_DTYPE_F16, HR_DTYPE_BF16,
+                                           HR_DTYPE_Q8_0, HR_DTYPE_Q4_0};
+
+static bool is_block(hr_dtype t) { return t == HR_DTYPE_Q8_0 || t == HR_DTYPE_Q4_0; }
 
 /* f rounded to type t and widened back: what a cache of type t holds */
 static float round_to(hr_dtype t, float f) {
@@ -73,6 +92,20 @@ static float round_to(hr_dtype t, float f) {
 }
 
 static size_t elem_bytes(hr_dtype t) { return t == HR_DTYPE_F32 ? 4 : 2; }
+
+/* One row of n values as a cache of type t holds it, widened back: 16-bit
+ * rounding element by element, or the reference quantizer's blocks
+ * dequantized (n a multiple of 32) */
+static void round_row(hr_dtype t, const float *src, float *dst, int32_t n) {
+    if (!is_block(t)) {
+        for (int32_t i = 0; i < n; i++)
+            dst[i] = round_to(t, src[i]);
+        return;
+    }
+    block_q8_0 blocks[8]; /* n <= 256: q8_0's 34-byte blocks are the larger */
+    quant_quantize_row(t, src, blocks, n);
+    quant_dequantize_row(t, blocks, dst, n);
+}
 
 /* ---- the primitives ------------------------------------------------------ */
 
@@ -103,16 +136,60 @@ static void *make_x(hr_dtype t, int64_t n, double *xw) {
     return x;
 }
 
+enum { GUARD_BLOCKS = 2 }; /* blocks of NaN scale after a block row */
+
+/* n / 32 blocks of type t (q8_0 or q4_0), then GUARD_BLOCKS blocks whose
+ * scale is NaN; xw gets the reference's dequantized values. Block ib is, by
+ * ib % 4: quantized random values (a few large, a few zero), all zero, the
+ * largest f16 scale (65504) with extreme codes, a subnormal scale with
+ * random codes. */
+static void *make_blocks(hr_dtype t, int64_t n, double *xw) {
+    const int64_t nb = n / QUANT_QK;
+    const size_t bb = t == HR_DTYPE_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+    uint8_t *x = malloc((size_t)(nb + GUARD_BLOCKS) * bb);
+    float vals[QUANT_QK], deq[QUANT_QK];
+    for (int64_t ib = 0; ib < nb + GUARD_BLOCKS; ib++) {
+        uint8_t *blk = x + (size_t)ib * bb;
+        for (int j = 0; j < QUANT_QK; j++)
+            vals[j] = j % 11 == 5 ? frand() * 300.0f : j % 13 == 0 ? 0.0f : frand();
+        quant_quantize_row(t, vals, blk, QUANT_QK);
+        uint16_t d;
+        switch (ib >= nb ? 4 : ib % 4) {
+        case 1:
+            memset(blk, 0, bb);
+            break;
+        case 2:
+            d = 0x7bff; /* 65504 */
+            memcpy(blk, &d, 2);
+            for (size_t j = 2; j < bb; j++) /* codes -127 / 127, or nibbles 0 and 15 */
+                blk[j] = t == HR_DTYPE_Q8_0 ? (j % 2 ? 0x81 : 0x7f) : (j % 2 ? 0x0f : 0xf0);
+            break;
+        case 3:
+            d = (uint16_t)(1 + (rng >> 50) % 0x3ff); /* subnormal */
+            memcpy(blk, &d, 2);
+            break;
+        case 4:
+            d = 0x7e00; /* NaN: a kernel that reads past the row returns NaN */
+            memcpy(blk, &d, 2);
+            break;
+        default:
+            break;
+        }
+        if (ib < nb) {
+            quant_dequantize_row(t, blk, deq, QUANT_QK);
+            for (int j = 0; j < QUANT_QK; j++)
+                xw[ib * QUANT_QK + j] = deq[j];
+        }
+    }
+    return x;
+}
+
 static cpu_dot_rows_fn pick_dot(const cpu_vec_ops *v, hr_dtype t) {
-    return t == HR_DTYPE_F16    ? v->dot_rows_f16
-           : t == HR_DTYPE_BF16 ? v->dot_rows_bf16
-                                : v->dot_rows;
+    return cpu_vec_dot_rows_for(v, t);
 }
 
 static cpu_axpy_rows_fn pick_axpy(const cpu_vec_ops *v, hr_dtype t) {
-    return t == HR_DTYPE_F16    ? v->axpy_rows_f16
-           : t == HR_DTYPE_BF16 ? v->axpy_rows_bf16
-                                : v->axpy_rows;
+    return cpu_vec_axpy_rows_for(v, t);
 }
 
 static const float SENTINEL = 12345.0f;
@@ -126,7 +203,7 @@ static double check_rows(const cpu_vec_ops *v, hr_dtype t, int32_t m, int64_t n)
     float *ya = malloc((size_t)(m * ldy_axpy) * sizeof *ya);
     float *y0 = malloc((size_t)(m * ldy_axpy) * sizeof *y0);
     double *xw = malloc((size_t)n * sizeof *xw);
-    void *x = make_x(t, n, xw);
+    void *x = is_block(t) ? make_blocks(t, n, xw) : make_x(t, n, xw);
     for (int64_t i = 0; i < m * lda; i++)
         a[i] = i % lda < n ? frand() : NAN;
     for (int64_t i = 0; i < m * ldy_dot; i++)
@@ -178,22 +255,27 @@ static double check_rows(const cpu_vec_ops *v, hr_dtype t, int32_t m, int64_t n)
 static void test_primitives(void) {
     static const int64_t lens[] = {1,  2,  3,  5,  7,  8,  9,  15, 16, 17, 20, 23, 24, 31, 32,
                                    33, 36, 40, 47, 63, 64, 65, 80, 96, 127, 128, 129, 200};
+    static const int64_t block_lens[] = {32, 64, 96, 128, 160, 256}; /* 1 .. 8 blocks */
     for (int level = 0; level <= (int)cpu_level_supported(); level++) {
         cpu_level_set((cpu_level)level);
         const cpu_vec_ops *v = cpu_vec_ops_get();
-        for (int ti = 0; ti < 3; ti++) {
+        for (int ti = 0; ti < N_TYPES; ti++) {
+            const bool blk = is_block(kv_types[ti]);
+            const int64_t *ls = blk ? block_lens : lens;
+            const size_t n_ls = blk ? sizeof block_lens / sizeof block_lens[0]
+                                    : sizeof lens / sizeof lens[0];
             double worst = 0.0;
             for (int32_t m = 1; m <= 9; m++)
-                for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
-                    double w = check_rows(v, kv_types[ti], m, lens[li]);
+                for (size_t li = 0; li < n_ls; li++) {
+                    double w = check_rows(v, kv_types[ti], m, ls[li]);
                     CHECK_MSG(w <= 1.0, "%s %s m=%d n=%lld: error %.3g x bound",
                               cpu_level_name((cpu_level)level), hr_dtype_name(kv_types[ti]), m,
-                              (long long)lens[li], w);
+                              (long long)ls[li], w);
                     worst = w > worst ? w : worst;
                 }
-            printf("rows   %-6s x=%-4s m 1..9, n 1..200   err/bound %.3f  %s\n",
-                   cpu_level_name((cpu_level)level), hr_dtype_name(kv_types[ti]), worst,
-                   worst <= 1.0 ? "OK" : "FAIL");
+            printf("rows   %-6s x=%-4s m 1..9, n %s   err/bound %.3f  %s\n",
+                   cpu_level_name((cpu_level)level), hr_dtype_name(kv_types[ti]),
+                   blk ? "32..256" : "1..200 ", worst, worst <= 1.0 ? "OK" : "FAIL");
         }
     }
     cpu_level_set(cpu_level_supported());
@@ -277,6 +359,22 @@ static void reference(const float *q, const float *k, const float *v, int64_t ld
         }
 }
 
+/* The caches compared: (K type, V type); the first is the f32 base. */
+typedef struct {
+    hr_dtype k, v;
+} kv_pair;
+static const kv_pair kv_pairs[] = {
+    {HR_DTYPE_F32, HR_DTYPE_F32},   {HR_DTYPE_F16, HR_DTYPE_F16},   {HR_DTYPE_BF16, HR_DTYPE_BF16},
+    {HR_DTYPE_Q8_0, HR_DTYPE_Q8_0}, {HR_DTYPE_Q4_0, HR_DTYPE_Q4_0}, {HR_DTYPE_Q8_0, HR_DTYPE_Q4_0},
+    {HR_DTYPE_BF16, HR_DTYPE_Q8_0}, {HR_DTYPE_Q4_0, HR_DTYPE_F16},
+};
+enum { N_PAIRS = sizeof kv_pairs / sizeof kv_pairs[0] };
+
+/* relative rounding of a 16-bit cache: 2^-9 (bf16), 2^-11 (f16); 0 otherwise */
+static double rel_rounding(hr_dtype t) {
+    return t == HR_DTYPE_BF16 ? 1.0 / 512 : t == HR_DTYPE_F16 ? 1.0 / 2048 : 0.0;
+}
+
 static void test_attention(const att_shape *sh) {
     hr_error err;
     const int32_t H = sh->H, Hkv = sh->Hkv, Dh = sh->Dh, grp = H / Hkv;
@@ -303,20 +401,36 @@ static void test_attention(const att_shape *sh) {
                        .n_bytes = sizeof wdata, .data = (const uint8_t *)wdata};
     const model_tensor *wp = &wt;
 
-    side sides[3] = {{0}};
+    /* the pairs this head size takes: block types need Dh % 32 == 0 */
+    bool on[N_PAIRS];
+    for (int pi = 0; pi < N_PAIRS; pi++)
+        on[pi] = Dh % 32 == 0 || (!is_block(kv_pairs[pi].k) && !is_block(kv_pairs[pi].v));
+
+    side sides[N_PAIRS] = {{0}};
     bool ok = true;
-    for (int ti = 0; ti < 3 && ok; ti++) {
+    for (int pi = 0; pi < N_PAIRS && ok; pi++) {
         be_config cfg = {.max_rows = MAX_ROWS, .max_out = 1, .n_seq_max = N_SEQ,
                          .max_blocks_per_seq = MAX_BLOCKS, .n_block = N_SEQ * MAX_BLOCKS,
-                         .block_size = BS, .kv_dtype = kv_types[ti], .rope_inv_freq = inv_freq};
+                         .block_size = BS, .kv_dtype = kv_pairs[pi].k,
+                         .kv_dtype_v = kv_pairs[pi].v, .rope_inv_freq = inv_freq};
         be_params p = {.n_threads = 2};
-        side *s = &sides[ti];
+        side *s = &sides[pi];
         ok = backend_cpu_create(&in, &p, &s->b, &err) == HR_OK &&
              s->b->ops->weight_create(s->b, &wp, NULL, 1, NULL, &s->w, &err) == HR_OK &&
              s->b->ops->tensor_alloc(s->b, MAX_ROWS, qkv_cols, false, &s->qkv, &err) == HR_OK &&
-             s->b->ops->tensor_alloc(s->b, MAX_ROWS, att_cols, false, &s->att, &err) == HR_OK &&
-             s->b->ops->kv_alloc(s->b, &cfg, &err) == HR_OK;
+             s->b->ops->tensor_alloc(s->b, MAX_ROWS, att_cols, false, &s->att, &err) == HR_OK;
         CHECK_MSG(ok, "%s: setup: %s", sh->name, err.msg);
+        if (!ok)
+            break;
+        hr_status st = s->b->ops->kv_alloc(s->b, &cfg, &err);
+        if (on[pi]) {
+            CHECK_OK(st, &err);
+            ok = st == HR_OK;
+        } else { /* a block type on a head size it does not divide: refused */
+            CHECK_MSG(st == HR_ERR_UNSUPPORTED && strstr(err.msg, "multiple of 32"),
+                      "%s kv %s:%s: %s", sh->name, hr_dtype_name(kv_pairs[pi].k),
+                      hr_dtype_name(kv_pairs[pi].v), err.msg);
+        }
     }
 
     /* the cached k and v (after rope) of each sequence, f32 as computed:
@@ -328,12 +442,13 @@ static void test_attention(const att_shape *sh) {
     float *v_t = malloc((size_t)(MAX_CTX * ld_kv) * sizeof(float));
     float *host_qkv = malloc((size_t)(MAX_ROWS * qkv_cols) * sizeof(float));
     float *rot = malloc((size_t)(MAX_ROWS * qkv_cols) * sizeof(float));
-    float *out[3][CPU_LEVEL_COUNT];
-    for (int ti = 0; ti < 3; ti++)
+    float *out[N_PAIRS][CPU_LEVEL_COUNT];
+    for (int pi = 0; pi < N_PAIRS; pi++)
         for (int l = 0; l < CPU_LEVEL_COUNT; l++)
-            out[ti][l] = malloc((size_t)(MAX_ROWS * att_cols) * sizeof(float));
+            out[pi][l] = malloc((size_t)(MAX_ROWS * att_cols) * sizeof(float));
     double *o_ref = malloc((size_t)Dh * sizeof(double)), *A = malloc((size_t)Dh * sizeof(double));
     double *o32 = malloc((size_t)Dh * sizeof(double)), *A32 = malloc((size_t)Dh * sizeof(double));
+    double *W = malloc((size_t)Dh * sizeof(double));
 
     /* step 1: prefill 70 positions of sequence 0 and 33 of sequence 1;
      * step 2: a decode row of sequence 0 and a 5-row chunk of sequence 1 */
@@ -349,8 +464,10 @@ static void test_attention(const att_shape *sh) {
         const int32_t B = st->n_rows;
         for (int64_t i = 0; i < B * qkv_cols; i++)
             host_qkv[i] = frand() * 2.0f;
-        for (int ti = 0; ti < 3; ti++) {
-            side *s = &sides[ti];
+        for (int pi = 0; pi < N_PAIRS; pi++) {
+            if (!on[pi])
+                continue;
+            side *s = &sides[pi];
             const hr_backend_ops *o = s->b->ops;
             CHECK_OK(o->begin_step(s->b, st, &err), &err);
             CHECK_OK(o->write_tensor(s->b, &s->qkv, B, host_qkv, &err), &err);
@@ -358,7 +475,7 @@ static void test_attention(const att_shape *sh) {
             for (int l = 0; l <= (int)cpu_level_supported(); l++) {
                 cpu_level_set((cpu_level)l);
                 o->attention(s->b, LAYER, &s->att, &s->qkv);
-                CHECK_OK(o->read_tensor(s->b, &s->att, B, out[ti][l], &err), &err);
+                CHECK_OK(o->read_tensor(s->b, &s->att, B, out[pi][l], &err), &err);
             }
             cpu_level_set(cpu_level_supported());
         }
@@ -376,8 +493,8 @@ static void test_attention(const att_shape *sh) {
                    row + (int64_t)(H + Hkv) * Dh, (size_t)ld_kv * sizeof(float));
         }
 
-        /* every row, head, cache type and level against the references */
-        double worst_own[3] = {0}, worst_f32[3] = {0};
+        /* every row, head, cache pair and level against the references */
+        double worst_own[N_PAIRS] = {0}, worst_f32[N_PAIRS] = {0};
         for (int32_t r = 0; r < B; r++) {
             int32_t seq = -1;
             for (int32_t g = 0; g < st->n_seg; g++)
@@ -391,58 +508,83 @@ static void test_attention(const att_shape *sh) {
                 const float *v32 = v_f32 + (int64_t)seq * MAX_CTX * ld_kv + (int64_t)g * Dh;
                 double E32, unused;
                 reference(q, k32, v32, ld_kv, n_ctx, Dh, 0.0, 0.0, o32, A32, &E32, &unused);
-                for (int ti = 0; ti < 3; ti++) {
-                    const hr_dtype t = kv_types[ti];
-                    /* relative rounding of the cache: 2^-9 (bf16), 2^-11 (f16) */
-                    const double rr = t == HR_DTYPE_BF16  ? 1.0 / 512
-                                      : t == HR_DTYPE_F16 ? 1.0 / 2048
-                                                          : 0.0;
-                    const double tiny = t == HR_DTYPE_F16 ? F16_TINY : 0.0;
-                    for (int32_t i = 0; i < n_ctx; i++)
-                        for (int32_t d = 0; d < Dh; d++) {
-                            k_t[i * Dh + d] = round_to(t, k32[i * ld_kv + d]);
-                            v_t[i * Dh + d] = round_to(t, v32[i * ld_kv + d]);
-                        }
+                for (int pi = 0; pi < N_PAIRS; pi++) {
+                    if (!on[pi])
+                        continue;
+                    const hr_dtype kt = kv_pairs[pi].k, vt = kv_pairs[pi].v;
+                    for (int32_t i = 0; i < n_ctx; i++) {
+                        round_row(kt, k32 + i * ld_kv, k_t + i * Dh, Dh);
+                        round_row(vt, v32 + i * ld_kv, v_t + i * Dh, Dh);
+                    }
+                    /* K's score move: a priori for 16 bits, measured for blocks */
                     double E, D;
-                    reference(q, k_t, v_t, Dh, n_ctx, Dh, rr, tiny, o_ref, A, &E, &D);
+                    reference(q, k_t, v_t, Dh, n_ctx, Dh, rel_rounding(kt),
+                              kt == HR_DTYPE_F16 ? F16_TINY : 0.0, o_ref, A, &E, &D);
+                    if (is_block(kt)) {
+                        D = 0.0;
+                        for (int32_t i = 0; i < n_ctx; i++) {
+                            double move = 0.0;
+                            for (int32_t d = 0; d < Dh; d++)
+                                move += fabs((double)q[d]) *
+                                        fabs((double)k_t[i * Dh + d] - k32[i * ld_kv + d]);
+                            move /= sqrt((double)Dh);
+                            D = move > D ? move : D;
+                        }
+                    }
+                    /* V's move W_d: a priori for 16 bits (r A32 + tiny), measured for blocks */
+                    for (int32_t d = 0; d < Dh; d++) {
+                        W[d] = rel_rounding(vt) * A32[d] + (vt == HR_DTYPE_F16 ? F16_TINY : 0.0);
+                        if (is_block(vt))
+                            for (int32_t i = 0; i < n_ctx; i++) {
+                                double dv = fabs((double)v_t[i * Dh + d] - v32[i * ld_kv + d]);
+                                W[d] = dv > W[d] ? dv : W[d];
+                            }
+                    }
                     const double f32_part =
                         exp(2 * E) - 1 + gamma_n(n_ctx + 4) + gamma_n(n_ctx + 1);
                     const double f32_part32 =
                         exp(2 * E32) - 1 + gamma_n(n_ctx + 4) + gamma_n(n_ctx + 1);
                     for (int l = 0; l <= (int)cpu_level_supported(); l++)
                         for (int32_t d = 0; d < Dh; d++) {
-                            const double got = out[ti][l][r * att_cols + (int64_t)h * Dh + d];
+                            const double got = out[pi][l][r * att_cols + (int64_t)h * Dh + d];
                             const double got32 = out[0][l][r * att_cols + (int64_t)h * Dh + d];
                             /* against its own cache's reference */
                             double tol = 2 * A[d] * f32_part + 1e-30;
                             double e = fabs(got - o_ref[d]) / tol;
                             e = isnan(e) ? INFINITY : e;
-                            worst_own[ti] = e > worst_own[ti] ? e : worst_own[ti];
+                            worst_own[pi] = e > worst_own[pi] ? e : worst_own[pi];
                             /* against the f32 cache, through the rounding bound */
                             double tol32 = 2 * A[d] * f32_part + 2 * A32[d] * f32_part32 +
-                                           2 * (A32[d] * (exp(2 * D) - 1 + rr) + tiny) + 1e-30;
+                                           2 * ((exp(2 * D) - 1) * (A32[d] + W[d]) + W[d]) +
+                                           1e-30;
                             double e32 = fabs(got - got32) / tol32;
                             e32 = isnan(e32) ? INFINITY : e32;
-                            worst_f32[ti] = e32 > worst_f32[ti] ? e32 : worst_f32[ti];
+                            worst_f32[pi] = e32 > worst_f32[pi] ? e32 : worst_f32[pi];
                         }
                 }
             }
         }
-        for (int ti = 0; ti < 3; ti++) {
-            bool pass = worst_own[ti] <= 1.0 && worst_f32[ti] <= 1.0;
-            printf("attn   %-14s kv=%-4s step %d (%3d rows)  err/bound own %.3f  vs f32 %.3f  %s\n",
-                   sh->name, hr_dtype_name(kv_types[ti]), si + 1, B, worst_own[ti],
-                   worst_f32[ti], pass ? "OK" : "FAIL");
+        for (int pi = 0; pi < N_PAIRS; pi++) {
+            if (!on[pi])
+                continue;
+            char name[32];
+            snprintf(name, sizeof name, "%s:%s", hr_dtype_name(kv_pairs[pi].k),
+                     hr_dtype_name(kv_pairs[pi].v));
+            bool pass = worst_own[pi] <= 1.0 && worst_f32[pi] <= 1.0;
+            printf("attn   %-14s kv=%-9s step %d (%3d rows)  err/bound own %.3f  vs f32 %.3f  "
+                   "%s\n",
+                   sh->name, name, si + 1, B, worst_own[pi], worst_f32[pi],
+                   pass ? "OK" : "FAIL");
             CHECK_MSG(pass, "%s kv=%s step %d: %.3g (own), %.3g (vs f32) x bound", sh->name,
-                      hr_dtype_name(kv_types[ti]), si + 1, worst_own[ti], worst_f32[ti]);
+                      name, si + 1, worst_own[pi], worst_f32[pi]);
         }
     }
 
-    for (int ti = 0; ti < 3; ti++) {
-        if (sides[ti].b)
-            sides[ti].b->ops->free(sides[ti].b);
+    for (int pi = 0; pi < N_PAIRS; pi++) {
+        if (sides[pi].b)
+            sides[pi].b->ops->free(sides[pi].b);
         for (int l = 0; l < CPU_LEVEL_COUNT; l++)
-            free(out[ti][l]);
+            free(out[pi][l]);
     }
     free(k_f32);
     free(v_f32);
@@ -454,6 +596,7 @@ static void test_attention(const att_shape *sh) {
     free(A);
     free(o32);
     free(A32);
+    free(W);
 }
 
 int main(void) {
@@ -461,8 +604,10 @@ int main(void) {
     test_primitives();
     static const att_shape shapes[] = {
         {"gqa3 Dh36", 6, 2, 36},   /* a group of 3 (one tile), tails at 8 and 16 lanes */
-        {"gqa8 Dh64", 8, 1, 64},   /* two tiles of 4 */
+        {"gqa8 Dh64", 8, 1, 64},   /* two tiles of 4; two blocks of 32 */
         {"mha Dh20", 4, 4, 20},    /* groups of 1 */
+        {"gqa4 Dh32", 8, 2, 32},   /* the embedded model's shape: one block per row */
+        {"gqa2 Dh96", 4, 2, 96},   /* three blocks per row */
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         test_attention(&shapes[i]);

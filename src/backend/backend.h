@@ -86,7 +86,9 @@ typedef struct {
     int32_t max_blocks_per_seq;
     int32_t n_block;             /* NB */
     int32_t block_size;          /* BS */
-    hr_dtype kv_dtype;
+    hr_dtype kv_dtype;           /* the K pool's type (f32, f16, bf16, q8_0, q4_0) */
+    hr_dtype kv_dtype_v;         /* the V pool's type; set it (zero is f32): the engine
+                                    always does. cuda stores V as K */
     const float *rope_inv_freq;  /* (Dh/2) the model's RoPE frequencies: a device keeps a
                                     copy (the rope op's own argument is the host table) */
 } be_config;

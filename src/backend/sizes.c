@@ -103,17 +103,29 @@ uint64_t sizes_vector(sizes_device d, const model_tensor *t) {
     return d == SIZES_CPU ? b + sizes_align(64, SIZES_CPU_ALIGN) : b;
 }
 
-uint64_t sizes_kv_per_token(sizes_device d, const hr_model_info *in, hr_dtype kv_dtype) {
+bool sizes_kv_type_ok(sizes_device d, hr_dtype t) {
+    if (t == HR_DTYPE_F32 || t == HR_DTYPE_F16 || t == HR_DTYPE_BF16)
+        return true;
+    return d == SIZES_CPU && (t == HR_DTYPE_Q8_0 || t == HR_DTYPE_Q4_0);
+}
+
+uint64_t sizes_kv_row_bytes(const hr_model_info *in, hr_dtype t) {
+    const hr_dtype_info *ti = &hr_dtype_table[t];
+    return (uint64_t)in->head_dim / (uint64_t)ti->block_elems * (uint64_t)ti->block_bytes;
+}
+
+uint64_t sizes_kv_per_token(sizes_device d, const hr_model_info *in, hr_dtype k_dtype,
+                            hr_dtype v_dtype) {
     (void)d;
-    return 2u * (uint64_t)in->n_layer * (uint64_t)in->n_head_kv * (uint64_t)in->head_dim *
-           (uint64_t)hr_dtype_table[kv_dtype].block_bytes;
+    return (uint64_t)in->n_layer * (uint64_t)in->n_head_kv *
+           (sizes_kv_row_bytes(in, k_dtype) + sizes_kv_row_bytes(in, v_dtype));
 }
 
 uint64_t sizes_kv(sizes_device d, const hr_model_info *in, const be_config *cfg) {
-    uint64_t pool = (uint64_t)in->n_layer * (uint64_t)cfg->n_block * (uint64_t)in->n_head_kv *
-                    (uint64_t)cfg->block_size * (uint64_t)in->head_dim *
-                    (uint64_t)hr_dtype_table[cfg->kv_dtype].block_bytes;
-    return 2 * sizes_align(pool, align_of(d));
+    const uint64_t rows = (uint64_t)in->n_layer * (uint64_t)cfg->n_block *
+                          (uint64_t)in->n_head_kv * (uint64_t)cfg->block_size;
+    return sizes_align(rows * sizes_kv_row_bytes(in, cfg->kv_dtype), align_of(d)) +
+           sizes_align(rows * sizes_kv_row_bytes(in, cfg->kv_dtype_v), align_of(d));
 }
 
 /* ---- cuda */

@@ -13,6 +13,8 @@
  *         16-bit, or packed as the file holds them (backend/packed.h; biases
  *         and norms f32), matmul inputs 16-bit and the rest f32, rows padded
  *         to 64 elements; the KV pool in the compute type.
+ *   KV:   a cached row is head_dim elements, or for q8_0 / q4_0 head_dim / 32
+ *         GGUF blocks (34 / 18 bytes each); K and V may differ in type.
  */
 #ifndef HR_MEMORY_SIZES_H
 #define HR_MEMORY_SIZES_H
@@ -54,10 +56,19 @@ int sizes_cuda_runs(const be_params *p, const model_tensor *const *parts, int n_
 uint64_t sizes_weight_copy(const model_tensor *const *parts, int n_parts);
 /* A norm vector. */
 uint64_t sizes_vector(sizes_device d, const model_tensor *t);
-/* The K and V pools together. */
+/* Whether device d can hold a KV cache of type t: f32, f16 and bf16
+ * everywhere (cuda: only its compute type, which the backend checks), q8_0
+ * and q4_0 on the cpu only (no GPU kernels read them yet). */
+bool sizes_kv_type_ok(sizes_device d, hr_dtype t);
+/* Bytes of one cached row (one token, one kv head: head_dim values) of type
+ * t: head_dim elements, or head_dim / 32 blocks of a block type (head_dim a
+ * multiple of 32, which the engine checks). */
+uint64_t sizes_kv_row_bytes(const hr_model_info *in, hr_dtype t);
+/* The K and V pools together (each in its own type, each aligned). */
 uint64_t sizes_kv(sizes_device d, const hr_model_info *in, const be_config *cfg);
-/* KV bytes of one token (all layers, K and V). */
-uint64_t sizes_kv_per_token(sizes_device d, const hr_model_info *in, hr_dtype kv_dtype);
+/* KV bytes of one token (all layers, K in k_dtype and V in v_dtype). */
+uint64_t sizes_kv_per_token(sizes_device d, const hr_model_info *in, hr_dtype k_dtype,
+                            hr_dtype v_dtype);
 /* Everything kv_alloc and the backend's creation allocate besides the KV
  * pool: attention, matmul and sampling workspaces, step metadata, and with
  * packed weights (be_params.packed) their activations and scratch. max_k is

@@ -36,7 +36,9 @@ hr_status cli_tokenize(const hr_tokenizer *tok, const char *text, size_t len,
                        const hr_tokenize_params *tp, int32_t **ids, size_t *n, hr_error *err);
 
 /* The engine commands, as masks: which options each one takes. */
-enum { CLI_RUN = 1, CLI_PERPLEXITY = 2, CLI_BENCH = 4, CLI_PLAN = 8, CLI_CHAT = 16 };
+enum {
+    CLI_RUN = 1, CLI_PERPLEXITY = 2, CLI_BENCH = 4, CLI_PLAN = 8, CLI_CHAT = 16, CLI_SERVE = 32
+};
 
 /* The sampling options (run, chat): 1 consumed, 0 not one, -1 bad value. */
 int cli_sampling_option(int argc, char **argv, int *i, hr_sampling_params *sp);
@@ -87,5 +89,6 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

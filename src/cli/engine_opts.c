@@ -1,4 +1,4 @@
-/* engine_opts.c — the options shared by run, chat, perplexity, bench and plan. */
+/* engine_opts.c — the options shared by run, chat, perplexity, bench, plan and serve. */
 #include "cli/cli.h"
 
 #include <string.h>
@@ -55,7 +55,7 @@ typedef enum {
     OPT_NO_PREFIX_CACHE, OPT_MEM_REPORT,
 } opt_key;
 
-enum { ALL = CLI_RUN | CLI_PERPLEXITY | CLI_BENCH | CLI_PLAN | CLI_CHAT };
+enum { ALL = CLI_RUN | CLI_PERPLEXITY | CLI_BENCH | CLI_PLAN | CLI_CHAT | CLI_SERVE };
 
 static const struct {
     opt_key key;
@@ -81,15 +81,17 @@ static const struct {
      "  --ctx N            tokens per sequence (default: the model's, or the most\n"
      "                     that fits)\n"},
     {OPT_KV_DTYPE, "--kv-dtype", NULL, ALL,
-     "  --kv-dtype TYPE    KV cache element type: f32, f16, bf16 (default: f32 on\n"
-     "                     the cpu, the compute type on cuda)\n"},
-    {OPT_DTYPE, "--dtype", NULL, CLI_RUN | CLI_PERPLEXITY | CLI_PLAN | CLI_CHAT,
+     "  --kv-dtype TYPE    KV cache element type: f32, f16, bf16, and on the cpu\n"
+     "                     q8_0 and q4_0 (blocks of 32); K:V sets the two apart,\n"
+     "                     e.g. q8_0:q4_0 (default: f32 on the cpu, the compute\n"
+     "                     type on cuda)\n"},
+    {OPT_DTYPE, "--dtype", NULL, CLI_RUN | CLI_PERPLEXITY | CLI_PLAN | CLI_CHAT | CLI_SERVE,
      "  --dtype bf16|f16   cuda: compute type, and storage type of 16-bit weights\n"
      "                     (bf16); the cpu computes in f32 with the weights as stored\n"},
     {OPT_EXPAND, "--expand", NULL, ALL,
      "  --expand           cuda: expand quantized weights to the compute type at\n"
      "                     load instead of keeping them packed (2-4x the memory)\n"},
-    {OPT_EXACT, "--exact", NULL, CLI_RUN | CLI_PERPLEXITY | CLI_BENCH | CLI_CHAT,
+    {OPT_EXACT, "--exact", NULL, CLI_RUN | CLI_PERPLEXITY | CLI_BENCH | CLI_CHAT | CLI_SERVE,
      "  --exact            cpu: f32 activations for quantized and f16 weights\n"
      "                     (not rounded to 8 or 16 bits): slower, matches the\n"
      "                     reference closely\n"},
@@ -100,15 +102,17 @@ static const struct {
     {OPT_MEM, "--mem", NULL, ALL,
      "  --mem SIZE         memory budget: 8GiB, 12GB, 90% (default: the device's\n"
      "                     free memory less a reserve)\n"},
-    {OPT_PARALLEL, "--parallel", NULL, CLI_PLAN,
-     "  --parallel N       sequences served together (default 1)\n"},
+    {OPT_PARALLEL, "--parallel", NULL, CLI_PLAN | CLI_SERVE,
+     "  --parallel N       sequences served together (default: plan 1, serve 4)\n"},
     {OPT_OVERFLOW, "--context-overflow", NULL, CLI_RUN,
      "  --context-overflow error|truncate  a prompt longer than the context:\n"
      "                     refuse it (default) or keep its most recent tokens\n"},
-    {OPT_NO_PREFIX_CACHE, "--no-prefix-cache", NULL, CLI_RUN | CLI_BENCH | CLI_CHAT,
+    {OPT_NO_PREFIX_CACHE, "--no-prefix-cache", NULL,
+     CLI_RUN | CLI_BENCH | CLI_CHAT | CLI_SERVE,
      "  --no-prefix-cache  prefill every prompt whole, even where another request\n"
      "                     computed the same first KV blocks\n"},
-    {OPT_MEM_REPORT, "--mem-report", NULL, CLI_RUN | CLI_PERPLEXITY | CLI_BENCH | CLI_CHAT,
+    {OPT_MEM_REPORT, "--mem-report", NULL,
+     CLI_RUN | CLI_PERPLEXITY | CLI_BENCH | CLI_CHAT | CLI_SERVE,
      "  --mem-report       print the memory planned and held, by part, after\n"
      "                     loading and at the end\n"},
 };
@@ -181,13 +185,32 @@ int cli_engine_option(int argc, char **argv, int *i, cli_engine_opts *o) {
     case OPT_KV_DTYPE:
         if (!cli_value(argc, argv, i, &v))
             return -1;
-        if (!hr_dtype_from_name(v, &o->ep.kv_dtype) ||
-            (o->ep.kv_dtype != HR_DTYPE_F32 && o->ep.kv_dtype != HR_DTYPE_F16 &&
-             o->ep.kv_dtype != HR_DTYPE_BF16)) {
-            cli_error("--kv-dtype: '%s' is not f32, f16 or bf16", v);
+    {
+        /* TYPE or K:V; the engine refuses a type its device lacks */
+        char kn[16] = "", vv[16] = "";
+        const char *colon = strchr(v, ':');
+        const size_t nk = colon ? (size_t)(colon - v) : strlen(v);
+        bool ok = nk < sizeof kn && (!colon || strlen(colon + 1) < sizeof vv);
+        if (ok) {
+            memcpy(kn, v, nk);
+            if (colon)
+                strcpy(vv, colon + 1);
+        }
+        hr_dtype kt = HR_DTYPE_COUNT, vt = HR_DTYPE_COUNT;
+        ok = ok && hr_dtype_from_name(kn, &kt) && (!colon || hr_dtype_from_name(vv, &vt));
+        for (int j = 0; ok && j < 2; j++) {
+            const hr_dtype t = j == 0 ? kt : vt;
+            ok = t == HR_DTYPE_COUNT || t == HR_DTYPE_F32 || t == HR_DTYPE_F16 ||
+                 t == HR_DTYPE_BF16 || t == HR_DTYPE_Q8_0 || t == HR_DTYPE_Q4_0;
+        }
+        if (!ok) {
+            cli_error("--kv-dtype: '%s' is not a type (f32, f16, bf16, q8_0, q4_0) or K:V", v);
             return -1;
         }
+        o->ep.kv_dtype = kt;
+        o->ep.kv_dtype_v = vt;
         break;
+    }
     case OPT_DTYPE:
         if (!cli_value(argc, argv, i, &v))
             return -1;

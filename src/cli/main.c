@@ -17,6 +17,7 @@ typedef struct {
 static const command commands[] = {
     {"run", cmd_run, "generate text from a prompt"},
     {"chat", cmd_chat, "talk with an instruction model (its own chat template)"},
+    {"serve", cmd_serve, "an OpenAI-compatible HTTP server (continuous batching)"},
     {"perplexity", cmd_perplexity, "score a text file"},
     {"bench", cmd_bench, "time to first token, prefill and decode speed, peak memory"},
     {"tokenize", cmd_tokenize, "print the token ids of stdin"},

@@ -23,9 +23,11 @@
 #include "engine/engine.h"
 
 #include "backend/registry.h"
+#include "backend/sizes.h"
 #include "model/llama.h"
 #include "model/model.h"
 #include "util/alloc.h"
+#include "util/dtype.h"
 #include "util/log.h"
 
 #include <sched.h>
@@ -48,6 +50,7 @@ hr_engine_params hr_engine_params_default(void) {
                               .n_batch = 512,
                               .kv_block_size = 16,
                               .kv_dtype = HR_DTYPE_COUNT,
+                              .kv_dtype_v = HR_DTYPE_COUNT,
                               .dtype = HR_DTYPE_BF16,
                               .prefix_cache = true};
 }
@@ -139,6 +142,43 @@ int32_t engine_cores(void) {
     return n > 0 ? (int32_t)n : 1;
 }
 
+/* The KV types, once resolved: ones the device stores, a head size the
+ * block types divide, and on cuda one type for K and V (its kernels read
+ * one). A plan for the GPU refuses them too, before anything is loaded. */
+static hr_status check_kv_types(const hr_model *m, const hr_engine_params *p, hr_error *err) {
+    const bool cuda = p->device == HR_DEVICE_CUDA;
+    const hr_dtype kv[2] = {p->kv_dtype, p->kv_dtype_v};
+    for (int i = 0; i < 2; i++) {
+        const hr_dtype t = kv[i];
+        const char *which = i == 0 ? "K" : "V";
+        if ((int)t < 0 || t >= HR_DTYPE_COUNT)
+            return hr_err_set(err, HR_ERR_INVALID, "engine: %s cache type %d is not a dtype",
+                              which, (int)t);
+        if (cuda && (t == HR_DTYPE_Q8_0 || t == HR_DTYPE_Q4_0))
+            return hr_err_set(err, HR_ERR_UNSUPPORTED,
+                              "cuda: KV type %s is not implemented on the GPU yet; "
+                              "--kv-dtype f16|bf16",
+                              hr_dtype_name(t));
+        if (!sizes_kv_type_ok(cuda ? SIZES_CUDA : SIZES_CPU, t))
+            return hr_err_set(err, HR_ERR_INVALID,
+                              "engine: %s cache type %s: the KV cache holds f32, f16, bf16, "
+                              "q8_0 or q4_0",
+                              which, hr_dtype_name(t));
+        const int32_t blk = hr_dtype_table[t].block_elems;
+        if (m->info.head_dim % blk != 0)
+            return hr_err_set(err, HR_ERR_UNSUPPORTED,
+                              "engine: KV type %s stores blocks of %d values, and %s's head "
+                              "size %d is not a multiple of %d; --kv-dtype f16|bf16",
+                              hr_dtype_name(t), blk, m->path, m->info.head_dim, blk);
+    }
+    if (cuda && p->kv_dtype_v != p->kv_dtype)
+        return hr_err_set(err, HR_ERR_UNSUPPORTED,
+                          "cuda: K and V in different types (%s:%s) are not implemented on "
+                          "the GPU yet",
+                          hr_dtype_name(p->kv_dtype), hr_dtype_name(p->kv_dtype_v));
+    return HR_OK;
+}
+
 hr_status engine_resolve(const hr_model *m, const hr_engine_params *params, bool need_device,
                          hr_engine_params *out, hr_error *err) {
     hr_engine_params p = params ? *params : hr_engine_params_default();
@@ -161,6 +201,9 @@ hr_status engine_resolve(const hr_model *m, const hr_engine_params *params, bool
     }
     if (p.kv_dtype == HR_DTYPE_COUNT)
         p.kv_dtype = p.device == HR_DEVICE_CUDA ? p.dtype : HR_DTYPE_F32;
+    if (p.kv_dtype_v == HR_DTYPE_COUNT)
+        p.kv_dtype_v = p.kv_dtype;
+    HR_TRY(check_kv_types(m, &p, err));
     /* more threads than the cores this process may run on only wait for
      * each other (each step's work is split evenly): clamped */
     const int32_t cores = engine_cores();
@@ -185,6 +228,7 @@ void engine_config(const hr_model *m, const hr_engine_params *p, be_config *cfg,
                        .n_block = max_blocks * p->n_seq_max,
                        .block_size = p->kv_block_size,
                        .kv_dtype = p->kv_dtype,
+                       .kv_dtype_v = p->kv_dtype_v,
                        .rope_inv_freq = m->rope_inv_freq};
     *bp = (be_params){.n_threads = p->n_threads,
                       .exact_matmul = p->exact_matmul,

@@ -2,7 +2,8 @@
  * plan.c — the memory planner: what an engine would hold, part by part,
  * before anything is loaded or allocated; whether it fits the budget; and
  * when it does not, what would (the largest context, the most parallel
- * sequences, a smaller KV type, quantized weights on the cpu).
+ * sequences, a smaller KV type (16-bit, then q8_0 and q4_0 where the device
+ * holds them), quantized weights on the cpu).
  *
  * Exactness comes from not computing anything twice: the engine's own
  * configuration function (engine_config), the forward pass's own list of
@@ -16,6 +17,7 @@
 #include "engine/engine.h"
 #include "model/llama.h"
 #include "util/alloc.h"
+#include "util/dtype.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -40,7 +42,7 @@ static void plan_at(const hr_model *m, const hr_engine_params *p, hr_plan *out) 
     out->weights = mem.weights;
     out->weights_mapped = d == SIZES_CPU && bp.weight_copy_bytes == 0 ? m->info.weight_bytes : 0;
     out->kv = mem.kv;
-    out->kv_per_token = sizes_kv_per_token(d, &m->info, p->kv_dtype);
+    out->kv_per_token = sizes_kv_per_token(d, &m->info, p->kv_dtype, p->kv_dtype_v);
     out->kv_per_seq = out->kv_per_token * (uint64_t)cfg.max_blocks_per_seq *
                       (uint64_t)cfg.block_size;
     out->activations = mem.activations;
@@ -164,14 +166,24 @@ hr_status hr_plan_compute(const hr_model *m, const hr_engine_params *params, hr_
         int32_t hi_ctx = (p.n_ctx > model_ctx ? p.n_ctx : model_ctx) / BS * BS;
         plan.fit_max_ctx = largest(m, &p, budget, true, BS, hi_ctx < p.n_ctx ? hi_ctx : p.n_ctx, BS);
         plan.fit_max_parallel = largest(m, &p, budget, false, 1, p.n_seq_max - 1, 1);
-        if (p.kv_dtype == HR_DTYPE_F32) { /* the cpu's default: 16-bit KV halves it */
+        /* a smaller KV type for K and V, largest first: 16 bits halve f32
+         * (the cpu's default), q8_0 takes 34 bytes per 32 values and q4_0 18,
+         * where the device stores them and the head size is a multiple of 32 */
+        static const hr_dtype smaller[] = {HR_DTYPE_F16, HR_DTYPE_Q8_0, HR_DTYPE_Q4_0};
+        const sizes_device d = p.device == HR_DEVICE_CUDA ? SIZES_CUDA : SIZES_CPU;
+        for (size_t i = 0; i < sizeof smaller / sizeof smaller[0]; i++) {
+            const hr_dtype t = smaller[i];
+            if (!sizes_kv_type_ok(d, t) || m->info.head_dim % hr_dtype_table[t].block_elems ||
+                sizes_kv_per_token(d, &m->info, t, t) >= plan.kv_per_token)
+                continue;
             hr_engine_params q = p;
-            q.kv_dtype = HR_DTYPE_F16;
-            hr_plan t = {.budget = budget};
-            plan_at(m, &q, &t);
-            if (t.fits) {
-                plan.fit_kv_dtype = HR_DTYPE_F16;
-                plan.fit_kv_total = t.total;
+            q.kv_dtype = q.kv_dtype_v = t;
+            hr_plan tp = {.budget = budget};
+            plan_at(m, &q, &tp);
+            if (tp.fits) {
+                plan.fit_kv_dtype = t;
+                plan.fit_kv_total = tp.total;
+                break;
             }
         }
         /* quantized weights: the cpu runs them as stored, the gpu keeps them

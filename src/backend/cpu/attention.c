@@ -10,9 +10,10 @@
  * of the sequence, so each cached K and V row is loaded (and widened) once
  * per item for up to 4 heads of the group (vec.h's _rows primitives).
  *
- * The cache may hold f32, f16 or bf16: the primitives read the page where it
- * lies and widen in registers, so a 16-bit cache is no slower than an f32
- * one. Arithmetic is f32 for every cache type (docs/journal/cpu.md has the
+ * The cache may hold f32, f16 or bf16, or q8_0 / q4_0 blocks of 32 (K and V
+ * each in its own type): the primitives read the page where it lies and
+ * widen (or dequantize) in registers, so a 16-bit cache is no slower than an
+ * f32 one. Arithmetic is f32 for every cache type (docs/journal/cpu.md has the
  * figures against the per-row conversion it replaced).
  *
  * Softmax in f32 after subtracting the row maximum, as transformers' eager
@@ -38,16 +39,12 @@ static void att_items(void *ctx, int ith, int nth) {
     const hr_model_info *in = c->base.info;
     const int32_t H = in->n_head, Hkv = in->n_head_kv, Dh = in->head_dim;
     const int32_t grp = H / Hkv, BS = c->kv.block_size;
-    const size_t row_bytes = (size_t)Dh * c->kv_elem_bytes;
+    const size_t k_row = c->k_row_bytes, v_row = c->v_row_bytes;
     const float scale = 1.0f / sqrtf((float)Dh);
     float *scores = c->att_scratch + (int64_t)ith * c->att_scratch_per_thread;
     const cpu_vec_ops *vec = cpu_vec_ops_get();
-    cpu_dot_rows_fn dot_rows = vec->dot_rows;
-    cpu_axpy_rows_fn axpy_rows = vec->axpy_rows;
-    if (c->kv.kv_dtype == HR_DTYPE_F16)
-        dot_rows = vec->dot_rows_f16, axpy_rows = vec->axpy_rows_f16;
-    else if (c->kv.kv_dtype == HR_DTYPE_BF16)
-        dot_rows = vec->dot_rows_bf16, axpy_rows = vec->axpy_rows_bf16;
+    const cpu_dot_rows_fn dot_rows = cpu_vec_dot_rows_for(vec, c->kv.kv_dtype);
+    const cpu_axpy_rows_fn axpy_rows = cpu_vec_axpy_rows_for(vec, c->kv.kv_dtype_v);
     int64_t n_items = (int64_t)c->step->n_rows * Hkv;
     for (int64_t item = ith; item < n_items; item += nth) {
         int32_t r = (int32_t)(item / Hkv), g = (int32_t)(item % Hkv);
@@ -57,10 +54,10 @@ static void att_items(void *ctx, int ith, int nth) {
         float *o = t->out + (int64_t)r * t->ld_out + (int64_t)g * grp * Dh;       /* (grp, Dh) */
         /* scores (grp, n_ctx): q_j . k_i for the group's heads j, page by page */
         for (int32_t i0 = 0; i0 < n_ctx; i0 += BS) {
-            const uint8_t *page = cpu_kv_page(c, c->k_pool, t->layer, bt[i0 / BS], g);
+            const uint8_t *page = cpu_kv_page(c, c->k_pool, k_row, t->layer, bt[i0 / BS], g);
             int32_t n_in = n_ctx - i0 < BS ? n_ctx - i0 : BS;
             for (int32_t i = 0; i < n_in; i++)
-                dot_rows(scores + i0 + i, n_ctx, q, Dh, grp, page + (size_t)i * row_bytes, Dh);
+                dot_rows(scores + i0 + i, n_ctx, q, Dh, grp, page + (size_t)i * k_row, Dh);
         }
         for (int32_t j = 0; j < grp; j++) {
             float *sc = scores + (int64_t)j * n_ctx;
@@ -82,10 +79,10 @@ static void att_items(void *ctx, int ith, int nth) {
         }
         /* o_j += p_ji v_i, page by page */
         for (int32_t i0 = 0; i0 < n_ctx; i0 += BS) {
-            const uint8_t *page = cpu_kv_page(c, c->v_pool, t->layer, bt[i0 / BS], g);
+            const uint8_t *page = cpu_kv_page(c, c->v_pool, v_row, t->layer, bt[i0 / BS], g);
             int32_t n_in = n_ctx - i0 < BS ? n_ctx - i0 : BS;
             for (int32_t i = 0; i < n_in; i++)
-                axpy_rows(o, Dh, scores + i0 + i, n_ctx, grp, page + (size_t)i * row_bytes, Dh);
+                axpy_rows(o, Dh, scores + i0 + i, n_ctx, grp, page + (size_t)i * v_row, Dh);
         }
     }
 }

@@ -167,19 +167,23 @@ static hr_status cpu_tensor_alloc(hr_backend *b, int64_t rows, int64_t cols, boo
 static hr_status cpu_kv_alloc(hr_backend *b, const be_config *cfg, hr_error *err) {
     cpu_backend *c = (cpu_backend *)b;
     const hr_model_info *in = b->info;
-    if (cfg->kv_dtype != HR_DTYPE_F32 && cfg->kv_dtype != HR_DTYPE_F16 &&
-        cfg->kv_dtype != HR_DTYPE_BF16)
-        return hr_err_set(err, HR_ERR_UNSUPPORTED,
-                          "cpu backend: KV cache type %s (f32, f16 and bf16 are supported)",
-                          hr_dtype_name(cfg->kv_dtype));
+    const hr_dtype kv[2] = {cfg->kv_dtype, cfg->kv_dtype_v};
+    for (int i = 0; i < 2; i++)
+        if (!sizes_kv_type_ok(SIZES_CPU, kv[i]) ||
+            in->head_dim % hr_dtype_table[kv[i]].block_elems != 0)
+            return hr_err_set(err, HR_ERR_UNSUPPORTED,
+                              "cpu backend: %s cache type %s with head size %d (f32, f16, "
+                              "bf16; q8_0 and q4_0 when the head size is a multiple of 32)",
+                              i == 0 ? "K" : "V", hr_dtype_name(kv[i]), in->head_dim);
     c->kv = *cfg;
-    c->kv_elem_bytes = (size_t)hr_dtype_table[cfg->kv_dtype].block_bytes;
-    size_t pool = (size_t)in->n_layer * (size_t)cfg->n_block * (size_t)in->n_head_kv *
-                  (size_t)cfg->block_size * (size_t)in->head_dim * c->kv_elem_bytes;
-    c->k_pool = own(c, pool);
-    c->v_pool = c->k_pool ? own(c, pool) : NULL;
+    c->k_row_bytes = (size_t)sizes_kv_row_bytes(in, cfg->kv_dtype);
+    c->v_row_bytes = (size_t)sizes_kv_row_bytes(in, cfg->kv_dtype_v);
+    const size_t rows = (size_t)in->n_layer * (size_t)cfg->n_block * (size_t)in->n_head_kv *
+                        (size_t)cfg->block_size;
+    c->k_pool = own(c, rows * c->k_row_bytes);
+    c->v_pool = c->k_pool ? own(c, rows * c->v_row_bytes) : NULL;
     if (!c->v_pool)
-        return nomem(err, "the KV cache", 2 * pool);
+        return nomem(err, "the KV cache", rows * (c->k_row_bytes + c->v_row_bytes));
     c->kv_bytes = sizes_kv(SIZES_CPU, in, cfg);
 
     int nth = cpu_pool_size(c->pool);

@@ -4,9 +4,10 @@
  * Weights are not copied: a be_weight is a list of cpu_mat parts pointing
  * into the model's memory mapping, in the stored dtype; the matmul converts
  * inside the kernel. Activations are f32. The KV pool is one allocation per
- * K and V: (n_layer, NB, Hkv, BS, Dh) in kv_dtype (f32, f16 or bf16), so one
- * (block, kv head) page is BS*Dh contiguous elements — the same layout the
- * CUDA backend uses.
+ * K and V: (n_layer, NB, Hkv, BS, row) with row = Dh elements of f32, f16 or
+ * bf16, or Dh/32 GGUF blocks of q8_0 / q4_0 (34 / 18 bytes), K and V each in
+ * its own type; one (block, kv head) page is BS contiguous rows — the layout
+ * the CUDA backend uses for its 16-bit cache.
  */
 #ifndef HR_BACKEND_CPU_CPU_BACKEND_H
 #define HR_BACKEND_CPU_CPU_BACKEND_H
@@ -38,9 +39,10 @@ typedef struct {
     const hr_step *step;   /* valid from begin_step to end_step */
     int32_t *row_seq;      /* (max_rows) sequence slot of each row of the step */
     be_config kv;
-    size_t kv_elem_bytes;
-    uint8_t *k_pool;       /* (n_layer, NB, Hkv, BS, Dh) kv_dtype */
-    uint8_t *v_pool;
+    size_t k_row_bytes;    /* one cached row (Dh values) in kv_dtype, and in kv_dtype_v */
+    size_t v_row_bytes;
+    uint8_t *k_pool;       /* (n_layer, NB, Hkv, BS, k_row_bytes) kv_dtype */
+    uint8_t *v_pool;       /* (n_layer, NB, Hkv, BS, v_row_bytes) kv_dtype_v */
     float *rope_cos;       /* (max_rows, Dh/2) for the current step, built by the */
     float *rope_sin;       /*   first rope call and reused by every layer */
     bool rope_ready;
@@ -55,17 +57,18 @@ typedef struct {
     int32_t n_owned, cap_owned;
 } cpu_backend;
 
-/* Page of (layer, block, kv head): BS * Dh elements. */
-static inline uint8_t *cpu_kv_page(const cpu_backend *c, uint8_t *pool, int32_t layer,
-                                   int32_t block, int32_t kv_head) {
+/* Page of (layer, block, kv head) in a pool of rows of row_bytes: BS rows. */
+static inline uint8_t *cpu_kv_page(const cpu_backend *c, uint8_t *pool, size_t row_bytes,
+                                   int32_t layer, int32_t block, int32_t kv_head) {
     const hr_model_info *in = c->base.info;
-    size_t page = (size_t)c->kv.block_size * (size_t)in->head_dim * c->kv_elem_bytes;
+    size_t page = (size_t)c->kv.block_size * row_bytes;
     size_t idx = ((size_t)layer * (size_t)c->kv.n_block + (size_t)block) * (size_t)in->n_head_kv +
                  (size_t)kv_head;
     return pool + idx * page;
 }
 
-/* f32 -> kv_dtype elements (round to nearest even) */
+/* f32 -> one cached row of type t: f16 / bf16 round to nearest even; q8_0 and
+ * q4_0 are quant_quantize_row's reference rule (n a multiple of 32) */
 void cpu_kv_from_f32(hr_dtype t, const float *src, uint8_t *dst, int64_t n);
 
 void cpu_embed(hr_backend *b, be_tensor *x, const be_weight *tok_embd);

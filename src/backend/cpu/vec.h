@@ -14,10 +14,18 @@
  * slower than an f32 one (issue 49). Products and sums are f32 whatever the
  * element type; the widening is exact.
  *
+ * x may also be a row of GGUF blocks (q8_0, q4_0: n a multiple of 32, x
+ * n/32 blocks of quant/blocks.h): each block's codes are widened to f32 and
+ * multiplied by its f16 scale in registers, (float)code * scale being exactly
+ * what quant_dequantize_row gives, so a block row is an f32 row of those
+ * values to the primitives (the same bounds hold; issue 42).
+ *
  * Strides are in elements; row j of a is a + j * lda, and so on.
  */
 #ifndef HR_BACKEND_CPU_VEC_H
 #define HR_BACKEND_CPU_VEC_H
+
+#include "headroom.h" /* hr_dtype */
 
 #include <stdint.h>
 
@@ -30,11 +38,17 @@ typedef void (*cpu_axpy_rows_fn)(float *y, int64_t ldy, const float *a, int64_t 
 
 typedef struct {
     cpu_dot_rows_fn dot_rows, dot_rows_f16, dot_rows_bf16;    /* x: f32, f16, bf16 */
+    cpu_dot_rows_fn dot_rows_q8_0, dot_rows_q4_0;             /* x: blocks of 32 */
     cpu_axpy_rows_fn axpy_rows, axpy_rows_f16, axpy_rows_bf16;
+    cpu_axpy_rows_fn axpy_rows_q8_0, axpy_rows_q4_0;
 } cpu_vec_ops;
 
 /* The primitives of the active SIMD level (cpu_features.h). */
 const cpu_vec_ops *cpu_vec_ops_get(void);
+/* The primitive of v for x of type t (f32, f16, bf16, q8_0, q4_0); NULL for
+ * another type. */
+cpu_dot_rows_fn cpu_vec_dot_rows_for(const cpu_vec_ops *v, hr_dtype t);
+cpu_axpy_rows_fn cpu_vec_axpy_rows_for(const cpu_vec_ops *v, hr_dtype t);
 
 void cpu_dot_rows_ref(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
                       const void *x, int64_t n);
@@ -47,6 +61,14 @@ void cpu_axpy_rows_ref(float *y, int64_t ldy, const float *a, int64_t lda, int32
 void cpu_axpy_rows_f16_ref(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
                            const void *x, int64_t n);
 void cpu_axpy_rows_bf16_ref(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                            const void *x, int64_t n);
+void cpu_dot_rows_q8_0_ref(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                           const void *x, int64_t n);
+void cpu_dot_rows_q4_0_ref(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                           const void *x, int64_t n);
+void cpu_axpy_rows_q8_0_ref(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                            const void *x, int64_t n);
+void cpu_axpy_rows_q4_0_ref(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
                             const void *x, int64_t n);
 
 void cpu_dot_rows_avx2(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
@@ -61,6 +83,14 @@ void cpu_axpy_rows_f16_avx2(float *y, int64_t ldy, const float *a, int64_t lda, 
                             const void *x, int64_t n);
 void cpu_axpy_rows_bf16_avx2(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
                              const void *x, int64_t n);
+void cpu_dot_rows_q8_0_avx2(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                            const void *x, int64_t n);
+void cpu_dot_rows_q4_0_avx2(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                            const void *x, int64_t n);
+void cpu_axpy_rows_q8_0_avx2(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                             const void *x, int64_t n);
+void cpu_axpy_rows_q4_0_avx2(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                             const void *x, int64_t n);
 
 void cpu_dot_rows_avx512(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
                          const void *x, int64_t n);
@@ -73,6 +103,14 @@ void cpu_axpy_rows_avx512(float *y, int64_t ldy, const float *a, int64_t lda, in
 void cpu_axpy_rows_f16_avx512(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
                               const void *x, int64_t n);
 void cpu_axpy_rows_bf16_avx512(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                               const void *x, int64_t n);
+void cpu_dot_rows_q8_0_avx512(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                              const void *x, int64_t n);
+void cpu_dot_rows_q4_0_avx512(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                              const void *x, int64_t n);
+void cpu_axpy_rows_q8_0_avx512(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                               const void *x, int64_t n);
+void cpu_axpy_rows_q4_0_avx512(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
                                const void *x, int64_t n);
 
 #endif

@@ -2,8 +2,13 @@
  * rows of a against one load of x (one accumulator each, so consecutive FMAs
  * do not wait on each other), masked loads for the tail so odd head sizes
  * need no scalar loop. f16 elements are widened by vcvtph2ps, bf16 ones by
- * moving their bits to the top half of an f32, both exact. */
+ * moving their bits to the top half of an f32, both exact. A q8_0 or q4_0
+ * row is walked block by block: the f16 scale broadcast once, each half's 16
+ * codes extended to int32, converted (exact) and multiplied by it: the
+ * reference's (float)code * scale, in registers. */
 #include "backend/cpu/vec.h"
+
+#include "quant/blocks.h"
 
 #include <immintrin.h>
 
@@ -11,7 +16,7 @@
 
 /* What x's elements are: each primitive below is one body, specialised by a
  * constant of this type (and one of the tile height) once inlined. */
-typedef enum { ELEM_F32, ELEM_F16, ELEM_BF16 } vec_elem;
+typedef enum { ELEM_F32, ELEM_F16, ELEM_BF16, ELEM_Q8_0, ELEM_Q4_0 } vec_elem;
 
 enum { TILE = 4 }; /* rows of a per pass over x, as in vec_avx2.c */
 
@@ -40,6 +45,33 @@ VEC_INLINE __m512 load16_masked(const void *x, int64_t i, __mmask16 k, vec_elem 
     return widen(_mm256_maskz_loadu_epi16(k, (const uint16_t *)x + i), e);
 }
 
+VEC_INLINE bool is_block(vec_elem e) { return e == ELEM_Q8_0 || e == ELEM_Q4_0; }
+
+/* Bytes of one block of a block type. */
+VEC_INLINE int64_t block_bytes(vec_elem e) {
+    return e == ELEM_Q8_0 ? (int64_t)sizeof(block_q8_0) : (int64_t)sizeof(block_q4_0);
+}
+
+/* The block's f16 scale (the first field of both structs), broadcast */
+VEC_INLINE __m512 block_scale(const uint8_t *blk) {
+    return _mm512_set1_ps(_cvtsh_ss(((const block_q8_0 *)blk)->d));
+}
+
+/* Values 16 half .. 16 half + 15 of a block (half 0 or 1), times its scale d. */
+VEC_INLINE __m512 block16(const uint8_t *blk, int half, __m512 d, vec_elem e) {
+    __m512i c;
+    if (e == ELEM_Q8_0) {
+        const int8_t *qs = ((const block_q8_0 *)blk)->qs + 16 * half;
+        c = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)qs));
+    } else { /* q4_0: low nibbles are values 0 .. 15, high nibbles 16 .. 31 */
+        c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((const block_q4_0 *)blk)->qs));
+        if (half)
+            c = _mm512_srli_epi32(c, 4);
+        c = _mm512_sub_epi32(_mm512_and_si512(c, _mm512_set1_epi32(15)), _mm512_set1_epi32(8));
+    }
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(c), d);
+}
+
 /* dot_rows for exactly M (1 .. TILE) rows; the accumulators are named, not
  * an array, so that they stay in registers (GCC kept an array on the stack) */
 VEC_INLINE void dot_tile(float *y, int64_t ldy, const float *a, int64_t lda, const void *x,
@@ -47,17 +79,32 @@ VEC_INLINE void dot_tile(float *y, int64_t ldy, const float *a, int64_t lda, con
     const float *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda;
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 xv = load16(x, i, e);
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a0 + i), xv, s0);
-        if (M > 1)
-            s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a1 + i), xv, s1);
-        if (M > 2)
-            s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a2 + i), xv, s2);
-        if (M > 3)
-            s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a3 + i), xv, s3);
+#define DOT_STEP(xv, i)                                                                      \
+    do {                                                                                     \
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a0 + (i)), xv, s0);                             \
+        if (M > 1)                                                                           \
+            s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a1 + (i)), xv, s1);                         \
+        if (M > 2)                                                                           \
+            s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a2 + (i)), xv, s2);                         \
+        if (M > 3)                                                                           \
+            s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a3 + (i)), xv, s3);                         \
+    } while (0)
+    if (is_block(e)) { /* n is a multiple of 32: no tail */
+        for (; i < n; i += QUANT_QK) {
+            const uint8_t *blk = (const uint8_t *)x + i / QUANT_QK * block_bytes(e);
+            const __m512 d = block_scale(blk);
+            const __m512 x0 = block16(blk, 0, d, e), x1 = block16(blk, 1, d, e);
+            DOT_STEP(x0, i);
+            DOT_STEP(x1, i + 16);
+        }
+    } else {
+        for (; i + 16 <= n; i += 16) {
+            __m512 xv = load16(x, i, e);
+            DOT_STEP(xv, i);
+        }
     }
-    if (i < n) {
+#undef DOT_STEP
+    if (i < n && !is_block(e)) {
         __mmask16 k = tail_mask(n - i);
         __m512 xv = load16_masked(x, i, k, e);
         s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, a0 + i), xv, s0);
@@ -91,17 +138,32 @@ VEC_INLINE void axpy_tile(float *y, int64_t ldy, const float *a, int64_t lda, co
     const __m512 a2 = M > 2 ? _mm512_set1_ps(a[2 * lda]) : a0;
     const __m512 a3 = M > 3 ? _mm512_set1_ps(a[3 * lda]) : a0;
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 xv = load16(x, i, e);
-        _mm512_storeu_ps(y0 + i, _mm512_fmadd_ps(a0, xv, _mm512_loadu_ps(y0 + i)));
-        if (M > 1)
-            _mm512_storeu_ps(y1 + i, _mm512_fmadd_ps(a1, xv, _mm512_loadu_ps(y1 + i)));
-        if (M > 2)
-            _mm512_storeu_ps(y2 + i, _mm512_fmadd_ps(a2, xv, _mm512_loadu_ps(y2 + i)));
-        if (M > 3)
-            _mm512_storeu_ps(y3 + i, _mm512_fmadd_ps(a3, xv, _mm512_loadu_ps(y3 + i)));
+#define AXPY_STEP(xv, i)                                                                     \
+    do {                                                                                     \
+        _mm512_storeu_ps(y0 + (i), _mm512_fmadd_ps(a0, xv, _mm512_loadu_ps(y0 + (i))));     \
+        if (M > 1)                                                                           \
+            _mm512_storeu_ps(y1 + (i), _mm512_fmadd_ps(a1, xv, _mm512_loadu_ps(y1 + (i)))); \
+        if (M > 2)                                                                           \
+            _mm512_storeu_ps(y2 + (i), _mm512_fmadd_ps(a2, xv, _mm512_loadu_ps(y2 + (i)))); \
+        if (M > 3)                                                                           \
+            _mm512_storeu_ps(y3 + (i), _mm512_fmadd_ps(a3, xv, _mm512_loadu_ps(y3 + (i)))); \
+    } while (0)
+    if (is_block(e)) { /* n is a multiple of 32: no tail */
+        for (; i < n; i += QUANT_QK) {
+            const uint8_t *blk = (const uint8_t *)x + i / QUANT_QK * block_bytes(e);
+            const __m512 d = block_scale(blk);
+            const __m512 x0 = block16(blk, 0, d, e), x1 = block16(blk, 1, d, e);
+            AXPY_STEP(x0, i);
+            AXPY_STEP(x1, i + 16);
+        }
+    } else {
+        for (; i + 16 <= n; i += 16) {
+            __m512 xv = load16(x, i, e);
+            AXPY_STEP(xv, i);
+        }
     }
-    if (i < n) {
+#undef AXPY_STEP
+    if (i < n && !is_block(e)) {
         __mmask16 k = tail_mask(n - i);
         __m512 xv = load16_masked(x, i, k, e);
         axpy16(y0 + i, a0, xv, k);
@@ -170,4 +232,24 @@ void cpu_axpy_rows_f16_avx512(float *y, int64_t ldy, const float *a, int64_t lda
 void cpu_axpy_rows_bf16_avx512(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
                                const void *x, int64_t n) {
     axpy_rows(y, ldy, a, lda, m, x, n, ELEM_BF16);
+}
+
+void cpu_dot_rows_q8_0_avx512(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                              const void *x, int64_t n) {
+    dot_rows(y, ldy, a, lda, m, x, n, ELEM_Q8_0);
+}
+
+void cpu_dot_rows_q4_0_avx512(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                              const void *x, int64_t n) {
+    dot_rows(y, ldy, a, lda, m, x, n, ELEM_Q4_0);
+}
+
+void cpu_axpy_rows_q8_0_avx512(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                               const void *x, int64_t n) {
+    axpy_rows(y, ldy, a, lda, m, x, n, ELEM_Q8_0);
+}
+
+void cpu_axpy_rows_q4_0_avx512(float *y, int64_t ldy, const float *a, int64_t lda, int32_t m,
+                               const void *x, int64_t n) {
+    axpy_rows(y, ldy, a, lda, m, x, n, ELEM_Q4_0);
 }

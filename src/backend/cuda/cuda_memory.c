@@ -217,6 +217,15 @@ hr_status cuda_tensor_alloc(hr_backend *b, int64_t rows, int64_t cols, bool narr
 hr_status cuda_kv_alloc(hr_backend *b, const be_config *cfg, hr_error *err) {
     cuda_backend *c = (cuda_backend *)b;
     const hr_model_info *in = b->info;
+    /* no kernel reads a block KV type yet (issue 42); V is checked for that
+     * alone: the pool keeps V in K's type */
+    const hr_dtype kv[2] = {cfg->kv_dtype, cfg->kv_dtype_v};
+    for (int i = 0; i < 2; i++)
+        if (kv[i] == HR_DTYPE_Q8_0 || kv[i] == HR_DTYPE_Q4_0)
+            return hr_err_set(err, HR_ERR_UNSUPPORTED,
+                              "cuda: KV type %s is not implemented on the GPU yet; --kv-dtype "
+                              "f16|bf16",
+                              hr_dtype_name(kv[i]));
     if (cfg->kv_dtype != c->p.compute)
         return hr_err_set(err, HR_ERR_UNSUPPORTED,
                           "cuda: the KV cache is kept in the compute type (%s), not %s",
