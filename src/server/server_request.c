@@ -23,6 +23,7 @@
 
 #include "util/alloc.h"
 #include "util/json.h"
+#include "util/utf8.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -54,27 +55,6 @@ static bool nomem(server_error *e) {
 
 /* ---------------------------------------------------------------- the body */
 
-/* Offset of the first byte that is not part of well-formed UTF-8, or n. */
-static size_t utf8_bad_at(const char *s, size_t n) {
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned c = u[i];
-        size_t k = c < 0x80 ? 1 : c < 0xC2 ? 0 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF5 ? 4 : 0;
-        if (k == 0 || i + k > n)
-            return i;
-        /* second-byte ranges rule out overlongs, surrogates and > U+10FFFF */
-        unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
-        unsigned hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
-        if (k > 1 && (u[i + 1] < lo || u[i + 1] > hi))
-            return i;
-        for (size_t j = 2; j < k; j++)
-            if ((u[i + j] & 0xC0) != 0x80)
-                return i;
-        i += k;
-    }
-    return n;
-}
-
 /* s cut to fit cap (NUL included) at a character boundary, for messages
  * that quote the user's text. */
 static const char *clip(const char *s, char *buf, size_t cap) {
@@ -95,7 +75,7 @@ static cJSON *parse_object(const char *body, size_t len, server_error *e) {
         server_fail(e, 400, NULL, NULL, "the request body is empty; a JSON object is expected");
         return NULL;
     }
-    size_t bad = utf8_bad_at(body, len);
+    size_t bad = hr_utf8_valid_prefix(body, len);
     if (bad < len) {
         server_fail(e, 400, NULL, NULL, "the request body is not valid UTF-8 (byte %zu)", bad);
         return NULL;
@@ -659,7 +639,7 @@ static void string_or_null(server_buf *b, const char *s) {
 void server_error_json(const server_error *e, server_buf *b) {
     append_lit(b, "{\"error\": {\"message\": ");
     /* a message cut at its buffer's end may end inside a character */
-    server_buf_json_string(b, e->message, utf8_bad_at(e->message, strlen(e->message)));
+    server_buf_json_string(b, e->message, hr_utf8_valid_prefix(e->message, strlen(e->message)));
     server_buf_printf(b, ", \"type\": \"%s\", \"param\": ", e->type ? e->type : "server_error");
     string_or_null(b, e->param);
     append_lit(b, ", \"code\": ");
