@@ -270,6 +270,10 @@ typedef struct {
     hr_device device;
     int32_t n_threads;     /* cpu worker threads; 0 = every core this process may run on (its
                               affinity mask); more than that is clamped, with a warning */
+    bool adapt_threads;    /* cpu, with n_threads 0: decode steps use as many of the threads
+                              as run fastest beside what else the machine runs (now and then
+                              a few steps are timed with one thread fewer or more); a given
+                              n_threads is always used whole. Default true */
     int32_t n_ctx;         /* tokens per sequence, prompt included; 0 = the model's */
     int32_t n_seq_max;     /* sequences decoded together */
     int32_t n_batch;       /* rows per step at most (prompt chunk size) */

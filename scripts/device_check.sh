@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool), from the repository root, with the
-# binaries scripts/device_pack.sh made carried in .dev/device/:
+# binaries scripts/device_pack.sh made carried in .dev/pack/ (unpacked here):
 #   correctness first (each CUDA op against the CPU op, the attention and
 #   GEMV/sampling kernels against float64, whole models against the float32
 #   references), then the benchmarks, then transformers on the same shape.
@@ -25,6 +25,9 @@
 #   of --repeat runs, their spread in the JSON.
 set -u
 cd "$(dirname "$0")/.."
+for t in .dev/pack/*.tar.xz; do # the packs travel compressed
+  [[ -f $t && ! -d .dev/$(basename $t .tar.xz) ]] && tar -xJf $t -C .dev
+done
 D=$PWD/.dev/device
 export LD_LIBRARY_PATH=$D/lib:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/out}

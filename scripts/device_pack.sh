@@ -2,7 +2,8 @@
 # Builds the CUDA binaries here (nvcc is on this machine, no GPU) and packs
 # them with the Debian shared libraries they link into .dev/device/, which
 # the device tool carries to the GPU machine (it has CUDA but none of our
-# -dev packages). Then scripts/device_check.sh runs there.
+# -dev packages), and compresses them into .dev/pack/ (carry that folder).
+# Then scripts/device_check.sh runs there.
 #   scripts/device_pack.sh [ARCH]
 # ARCH (e.g. 80) builds the kernels for that architecture alone, into
 # build-cuda-smARCH and .dev/device-smARCH: an H200 has no machine code
@@ -12,8 +13,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 arch=${1:-}
 build=build-cuda${arch:+-sm$arch}
-# a shared libheadroom keeps the binaries small: the carried tree is limited
-cmake -S . -B $build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHR_CUDA=ON -DHR_SHARED=ON \
+# a shared libheadroom keeps the binaries small: the carried tree is limited;
+# -UHR_MODULES: an older build folder may have cached a list without new modules
+cmake -S . -B $build -UHR_MODULES -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHR_CUDA=ON -DHR_SHARED=ON \
   ${arch:+-DCMAKE_CUDA_ARCHITECTURES=$arch} > /dev/null
 targets=(headroom_cli test_backend_ops test_cuda_model test_cuda_pstep attention_check
          gemv_sample_check bench_plan_sweep test_bad_numbers test_cuda_packed packed_check)
@@ -40,4 +42,8 @@ for lib in $(ldd $build/bin/headroom | awk '/=>/ {print $3}' |
 done
 # the binaries name files by the path of this checkout: the device links it
 pwd > $out/source_dir
-du -sh $out
+# the device tool carries at most 64 MiB with the working tree (46 MiB of it
+# tracked files): the pack travels compressed, device_check.sh unpacks it
+mkdir -p .dev/pack
+tar -cJf .dev/pack/$(basename $out).tar.xz -C .dev $(basename $out)
+du -sh $out .dev/pack/$(basename $out).tar.xz

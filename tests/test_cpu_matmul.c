@@ -52,6 +52,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
+#include <unistd.h>
 
 static const hr_dtype all_dtypes[] = {
     HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0, HR_DTYPE_Q4_0,
@@ -504,46 +505,68 @@ static void check_converters(void) {
 
 typedef struct {
     atomic_int sum;
-    int slot[8];
+    atomic_int ran[64]; /* times each slot ran in this run */
     atomic_int bad;
-    cpu_pool *pool;
 } pool_ctx;
 
-/* Every thread adds ith + 1; then each writes its slot, meets the others at
- * the barrier and checks every slot, twice (the barrier is reusable). */
-static void pool_task(void *c, int ith, int nth) {
+/* Every slot adds slot + 1 and counts itself; some sleep a little, so that
+ * the others go on without them. */
+static void pool_task(void *c, int slot, int n_slots) {
     pool_ctx *pc = c;
-    atomic_fetch_add(&pc->sum, ith + 1);
-    for (int round = 1; round <= 2; round++) {
-        pc->slot[ith] = round * 100 + ith;
-        cpu_pool_barrier(pc->pool);
-        for (int i = 0; i < nth; i++)
-            if (pc->slot[i] != round * 100 + i)
-                atomic_fetch_add(&pc->bad, 1);
-        cpu_pool_barrier(pc->pool);
+    if (slot >= n_slots || slot >= 64) {
+        atomic_fetch_add(&pc->bad, 1);
+        return;
     }
+    atomic_fetch_add(&pc->sum, slot + 1);
+    atomic_fetch_add(&pc->ran[slot], 1);
+    if (slot == n_slots - 1 && atomic_load(&pc->sum) % 7 == 0) {
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 200000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* n_threads threads, n_runs runs: every slot runs exactly once a run, with
+ * all threads taking slots, half of them, or the caller alone. With more
+ * threads than cores most workers are late, and the caller runs their
+ * slots. */
+static void check_pool_with(int n_threads, int n_runs) {
+    hr_error err;
+    cpu_pool *p = NULL;
+    CHECK_OK(cpu_pool_create(n_threads, &p, &err), &err);
+    if (p == NULL)
+        return;
+    CHECK_EQ_I64(cpu_pool_size(p), n_threads);
+    pool_ctx pc = {0};
+    for (int r = 0; r < n_runs; r++) {
+        if (r % 500 == 250) { /* longer than the workers' spin: wake them from sleep */
+            struct timespec ts = {.tv_sec = 0, .tv_nsec = 3000000};
+            nanosleep(&ts, NULL);
+        }
+        if (r % 100 == 50) /* fewer threads take slots now and then: slots stay n_threads */
+            cpu_pool_set_active(p, r % 300 == 50 ? 1 : r % 300 == 150 ? n_threads / 2 : n_threads);
+        for (int i = 0; i < n_threads; i++)
+            atomic_store(&pc.ran[i], 0);
+        cpu_pool_run(p, pool_task, &pc);
+        for (int i = 0; i < n_threads; i++)
+            if (atomic_load(&pc.ran[i]) != 1)
+                atomic_fetch_add(&pc.bad, 1);
+    }
+    CHECK_EQ_I64(atomic_load(&pc.sum), (int64_t)n_runs * n_threads * (n_threads + 1) / 2);
+    CHECK_EQ_I64(atomic_load(&pc.bad), 0);
+    cpu_pool_stats st = cpu_pool_get_stats(p);
+    CHECK_EQ_I64((int64_t)st.runs, n_runs);
+    if (n_threads > 4 * sysconf(_SC_NPROCESSORS_ONLN)) /* most workers late: the caller ran their slots */
+        CHECK(st.slots_taken_over > 0);
+    cpu_pool_free(p);
 }
 
 static void check_pool(void) {
     hr_error err;
     cpu_pool *p = NULL;
     CHECK(cpu_pool_create(0, &p, &err) == HR_ERR_INVALID && p == NULL);
-    CHECK_OK(cpu_pool_create(3, &p, &err), &err);
-    if (p == NULL)
-        return;
-    CHECK_EQ_I64(cpu_pool_size(p), 3);
-    pool_ctx pc = {.pool = p};
-    const int n_runs = 2000;
-    for (int r = 0; r < n_runs; r++) {
-        if (r % 500 == 250) { /* longer than the workers' spin: wake them from sleep */
-            struct timespec ts = {.tv_sec = 0, .tv_nsec = 3000000};
-            nanosleep(&ts, NULL);
-        }
-        cpu_pool_run(p, pool_task, &pc);
-    }
-    CHECK_EQ_I64(atomic_load(&pc.sum), n_runs * (1 + 2 + 3));
-    CHECK_EQ_I64(atomic_load(&pc.bad), 0);
-    cpu_pool_free(p);
+    check_pool_with(1, 100);
+    check_pool_with(3, 2000);
+    check_pool_with(48, 300);
     cpu_pool_free(NULL);
 }
 

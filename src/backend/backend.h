@@ -189,6 +189,8 @@ struct hr_backend {
 
 typedef struct {
     int32_t n_threads;    /* cpu: worker threads (0 = all cores) */
+    bool adapt_threads;   /* cpu: decode steps use the count that runs fastest
+                             (cpu/thread_tuner.h) */
     bool exact_matmul;    /* cpu: f32 activations for quantized and F16 weights (none
                              rounded to 8 or 16 bits; matmul.h's EXACT) */
     int32_t device_index; /* cuda */

@@ -76,7 +76,9 @@ static const struct {
      "  --device cpu|cuda  where to run (default: cuda when available)\n"},
     {OPT_THREADS, "--threads", "-t", ALL,
      "  --threads N        cpu threads (default: every core the process may run\n"
-     "                     on; more are clamped to that, with a warning)\n"},
+     "                     on, decode using as many as run fastest beside other\n"
+     "                     busy processes; N: exactly N, more than the cores are\n"
+     "                     clamped to them, with a warning)\n"},
     {OPT_CTX, "--ctx", "-c", ALL,
      "  --ctx N            tokens per sequence (default: the model's, or the most\n"
      "                     that fits)\n"},

@@ -45,6 +45,7 @@ double engine_now_ms(void) {
 hr_engine_params hr_engine_params_default(void) {
     return (hr_engine_params){.device = HR_DEVICE_AUTO,
                               .n_threads = 0,
+                              .adapt_threads = true,
                               .n_ctx = 0,
                               .n_seq_max = 1,
                               .n_batch = 512,
@@ -207,6 +208,8 @@ hr_status engine_resolve(const hr_model *m, const hr_engine_params *params, bool
     /* more threads than the cores this process may run on only wait for
      * each other (each step's work is split evenly): clamped */
     const int32_t cores = engine_cores();
+    if (p.n_threads > 0)
+        p.adapt_threads = false;
     if (p.n_threads <= 0) {
         p.n_threads = cores;
     } else if (p.n_threads > cores) {
@@ -231,6 +234,7 @@ void engine_config(const hr_model *m, const hr_engine_params *p, be_config *cfg,
                        .kv_dtype_v = p->kv_dtype_v,
                        .rope_inv_freq = m->rope_inv_freq};
     *bp = (be_params){.n_threads = p->n_threads,
+                      .adapt_threads = p->adapt_threads,
                       .exact_matmul = p->exact_matmul,
                       .compute = p->dtype,
                       .tuning = p->tuning ? *p->tuning : hr_tuning_default(),

@@ -16,11 +16,19 @@
 #include "util/dtype.h"
 #include "util/file.h"
 #include "util/fp16.h"
+#include "util/log.h"
 
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CPU_ALIGN 64 /* a cache line, and a full AVX-512 vector */
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* Every allocation of the backend: counted against the planned cap (host
  * memory is the budget on the cpu), kept for the backend's free. */
@@ -219,6 +227,13 @@ static hr_status cpu_begin_step(hr_backend *b, const hr_step *s, hr_error *err) 
                           s->n_rows, s->n_out, c->kv.max_rows, c->kv.max_out);
     c->step = s;
     c->rope_ready = false;
+    const int before = cpu_pool_active(c->pool);
+    const int n = cpu_tuner_before(&c->tuner, s->n_rows == s->n_seg ? s->n_rows : -1);
+    if (n != before) {
+        HR_LOG_D("cpu: %d of %d threads from this step on", n, cpu_pool_size(c->pool));
+        cpu_pool_set_active(c->pool, n);
+    }
+    c->step_start_ns = now_ns();
     for (int32_t i = 0; i < s->n_seg; i++)
         for (int32_t r = 0; r < s->segs[i].n; r++)
             c->row_seq[s->segs[i].row0 + r] = s->segs[i].seq;
@@ -251,6 +266,7 @@ static hr_status cpu_end_step(hr_backend *b, const be_tensor *logits, float *hos
             memcpy(host + (int64_t)i * logits->cols, (const float *)logits->data + i * logits->ld,
                    (size_t)logits->cols * sizeof(float));
     c->step = NULL;
+    cpu_tuner_after(&c->tuner, (double)(now_ns() - c->step_start_ns));
     return HR_OK;
 }
 
@@ -336,6 +352,7 @@ hr_status backend_cpu_create(const hr_model_info *info, const be_params *p, hr_b
         hr_free(c);
         return s;
     }
+    cpu_tuner_init(&c->tuner, n, p->adapt_threads);
     *out = &c->base;
     return HR_OK;
 }

@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/thread_tuner.h"
 #include "backend/cpu/threadpool.h"
 
 struct be_weight {
@@ -32,6 +33,8 @@ struct be_vector {
 typedef struct {
     hr_backend base;
     cpu_pool *pool;
+    cpu_thread_tuner tuner; /* how many of the pool's threads a step uses */
+    uint64_t step_start_ns; /* begin_step's clock, for the tuner */
     cpu_matmul_mode mode;
     void *matmul_scratch;
     size_t matmul_scratch_bytes;

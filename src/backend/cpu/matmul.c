@@ -2,9 +2,10 @@
  * matmul.c — cpu_matmul: validation, scratch plan, work split, dispatch.
  *
  * One call = one pool run. Inside it every thread
- *   1. (FAST) quantizes its share of the activation rows into the xq layouts
- *      the parts' kernels read, and x^ where a generic path needs it; then all
- *      threads meet at a barrier;
+ *   1. (FAST) quantizes chunks of the activation rows into the xq layouts
+ *      the parts' kernels read, and x^ where a generic path needs it, until
+ *      none is left, and waits for the chunks others are running (prefill
+ *      with f32 kernels packs them the same way next);
  *   2. takes chunks of weight rows from an atomic counter until none is left
  *      and runs the level's rows kernel on each (bias added after).
  * Chunks never straddle two parts. Each part runs decode kernels or, from the
@@ -264,6 +265,11 @@ size_t cpu_matmul_scratch_bytes(int64_t max_rows_B, int64_t max_K, int n_threads
 /* ---------------------------------------------------------------- the job */
 
 typedef struct {
+    int64_t n, chunk;        /* items, and items a thread takes at a time */
+    atomic_llong next, done; /* first item not taken; items finished */
+} mm_phase;
+
+typedef struct {
     const cpu_mm_isa *isa;
     cpu_pool *pool;
     cpu_matmul_mode mode;
@@ -291,6 +297,7 @@ typedef struct {
     int64_t part_col[MM_MAX_PARTS + 1]; /* first output column of each part; N */
     int64_t part_rows[MM_MAX_PARTS];    /* prefill: rows per tile; decode: least rows per chunk */
     atomic_llong next_row;
+    mm_phase prep, pack; /* FAST: x quantized or rounded; prefill: x packed */
     char *tscratch; /* thread i's at tscratch + i * tscratch_bytes */
     size_t tscratch_bytes;
 } mm_job;
@@ -349,11 +356,9 @@ static void run_chunk(const mm_job *j, int p, int64_t r0, int64_t r1, void *ts) 
     }
 }
 
-static void quantize_rows(mm_job *j, int ith, int nth) {
-    /* Work items are (row, 512-code group); each thread takes a contiguous
-     * share, so one decode row is still split between all threads. */
-    const int64_t ng = cpu_xq_kp(j->K) / CPU_XQ_PAD, n_items = j->B * ng;
-    const int64_t s = n_items * ith / nth, e = n_items * (ith + 1) / nth;
+/* FAST: items [s, e) of the activations' (row, 512-code group) items. */
+static void quantize_items(mm_job *j, int64_t s, int64_t e) {
+    const int64_t ng = cpu_xq_kp(j->K) / CPU_XQ_PAD;
     for (int64_t b = s / ng; b * ng < e; b++) {
         const int64_t g0 = s > b * ng ? s - b * ng : 0, g1 = e - b * ng < ng ? e - b * ng : ng;
         void *out[CPU_XQ_LAYOUT_COUNT] = {0};
@@ -365,10 +370,9 @@ static void quantize_rows(mm_job *j, int ith, int nth) {
     }
 }
 
-/* FAST with F16 weights: x16 and x^ for a contiguous share of the B*K
- * elements, cut at row ends. */
-static void round_rows(mm_job *j, int ith, int nth) {
-    const int64_t n = j->B * j->K, s = n * ith / nth, e = n * (ith + 1) / nth;
+/* FAST with F16 weights: x16 and x^ for elements [s, e) of the B*K, cut at
+ * row ends. */
+static void round_items(mm_job *j, int64_t s, int64_t e) {
     for (int64_t i = s; i < e;) {
         const int64_t b = i / j->K, k = i % j->K;
         const int64_t len = (e - i < j->K - k) ? e - i : j->K - k;
@@ -377,10 +381,11 @@ static void round_rows(mm_job *j, int ith, int nth) {
     }
 }
 
-static void pack_rows(mm_job *j, int ith, int nth) {
-    const int64_t mr = j->isa->gemm_mr, n_panels = (j->B + mr - 1) / mr;
+/* Prefill with f32 kernels: panels [s, e) of the packed activations. */
+static void pack_items(mm_job *j, int64_t s, int64_t e) {
+    const int64_t mr = j->isa->gemm_mr;
     const size_t panel = (size_t)mr * (size_t)cpu_mm_kpad(j->K);
-    for (int64_t p = ith; p < n_panels; p += nth) {
+    for (int64_t p = s; p < e; p++) {
         const int rows = (int)(j->B - p * mr < mr ? j->B - p * mr : mr);
         if (j->xpack_x != NULL)
             j->isa->gemm_pack_x(j->x + p * mr * j->ldx, j->ldx, rows, j->K, j->xpack_x + p * panel);
@@ -389,22 +394,44 @@ static void pack_rows(mm_job *j, int ith, int nth) {
     }
 }
 
-static void mm_task(void *ctx, int ith, int nth) {
+/* One preparation phase of a run: threads take chunks of the items from
+ * ph->next until none is left, then wait for the chunks others are still
+ * running. No barrier: a slot that starts late finds the phase done, and
+ * none waits for a slot nobody has taken (threadpool.h). */
+static void run_phase(mm_job *j, mm_phase *ph, void (*items)(mm_job *, int64_t, int64_t)) {
+    int64_t mine = 0;
+    for (;;) {
+        const int64_t s = atomic_fetch_add_explicit(&ph->next, ph->chunk, memory_order_relaxed);
+        if (s >= ph->n)
+            break;
+        const int64_t e = s + ph->chunk < ph->n ? s + ph->chunk : ph->n;
+        items(j, s, e);
+        mine += e - s;
+    }
+    if (mine > 0)
+        atomic_fetch_add_explicit(&ph->done, mine, memory_order_release);
+    for (uint32_t i = 0; atomic_load_explicit(&ph->done, memory_order_acquire) < ph->n; i++)
+        cpu_pool_wait_relax(i);
+}
+
+/* A phase of n items in chunks of about a quarter of a thread's share
+ * (at least `least`, so that the shared counter stays cold). */
+static void phase_init(mm_phase *ph, int64_t n, int nth, int64_t least) {
+    int64_t chunk = (n + 4 * nth - 1) / (4 * nth);
+    ph->n = n;
+    ph->chunk = chunk > least ? chunk : least;
+    atomic_init(&ph->next, 0);
+    atomic_init(&ph->done, 0);
+}
+
+static void mm_task(void *ctx, int slot, int n_slots) {
+    (void)n_slots;
     mm_job *j = ctx;
-    if (j->need_quant) {
-        if (j->f16_fast)
-            round_rows(j, ith, nth);
-        else
-            quantize_rows(j, ith, nth);
-        if (j->pool != NULL)
-            cpu_pool_barrier(j->pool);
-    }
-    if (j->xpack_x != NULL || j->xpack_xh != NULL) {
-        pack_rows(j, ith, nth);
-        if (j->pool != NULL)
-            cpu_pool_barrier(j->pool);
-    }
-    void *ts = j->tscratch + (size_t)ith * j->tscratch_bytes;
+    if (j->need_quant)
+        run_phase(j, &j->prep, j->f16_fast ? round_items : quantize_items);
+    if (j->xpack_x != NULL || j->xpack_xh != NULL)
+        run_phase(j, &j->pack, pack_items);
+    void *ts = j->tscratch + (size_t)slot * j->tscratch_bytes;
     int p = 0;
     long long g = atomic_load_explicit(&j->next_row, memory_order_relaxed);
     while (g < j->N) {
@@ -558,6 +585,11 @@ void cpu_matmul(cpu_pool *pool, void *scratch, cpu_matmul_mode mode, float *y, i
     j.N = N;
     j.nth = nth;
     atomic_init(&j.next_row, 0);
+    if (j.f16_fast)
+        phase_init(&j.prep, B * K, nth, 4096);
+    else
+        phase_init(&j.prep, B * (cpu_xq_kp(K) / CPU_XQ_PAD), nth, 1);
+    phase_init(&j.pack, j.xpack_x || j.xpack_xh ? (B + isa->gemm_mr - 1) / isa->gemm_mr : 0, nth, 1);
 
     if (pool != NULL && nth > 1)
         cpu_pool_run(pool, mm_task, &j);
