@@ -25,6 +25,7 @@
  * only reads): GPUs of the same model differ in the two apart
  * (docs/journal/machines.md), so each machine is judged by its own.
  */
+#include "util/clock.h"
 #include "cli/cli.h"
 #include "util/env.h"
 #include "util/error.h"
@@ -57,11 +58,6 @@ static void help(FILE *f) {
     cli_engine_help(f, CLI_BENCH);
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* The weight type holding most bytes: what people call the model's type. */
 static hr_dtype main_weight_type(const hr_model *m) {
@@ -99,7 +95,7 @@ static hr_status run_batch(hr_engine *e, int32_t n_vocab, int32_t batch, int32_t
     hr_sampling_params sp = hr_sampling_params_greedy();
     sp.max_tokens = gen;
     sp.ignore_eos = true;
-    double t0 = now_ms();
+    double t0 = hr_now_ms();
     int32_t base = -1;
     for (int32_t b = 0; b < batch; b++) {
         uint64_t fixed = 12345;
@@ -121,7 +117,7 @@ static hr_status run_batch(hr_engine *e, int32_t n_vocab, int32_t batch, int32_t
         int32_t n_ev;
         if ((s = hr_engine_step(e, ev, batch + 4, &n_ev, err)) != HR_OK)
             goto done;
-        double t = now_ms();
+        double t = hr_now_ms();
         for (int32_t i = 0; i < n_ev; i++) {
             if (ev[i].finish == HR_FINISH_ERROR && s == HR_OK) /* the figures would be void */
                 s = hr_err_set(err, HR_ERR_NUMERIC, "%s",
@@ -143,7 +139,7 @@ static hr_status run_batch(hr_engine *e, int32_t n_vocab, int32_t batch, int32_t
     if (s != HR_OK)
         goto done;
     res->prefill_ms = t_all_started - t0;
-    res->decode_ms = now_ms() - t_all_started;
+    res->decode_ms = hr_now_ms() - t_all_started;
     res->n_prompt = (int64_t)prompt * batch;
 done:
     free(ids);

@@ -20,6 +20,7 @@
  * memory halfway. A request that could never fit is refused by hr_engine_add.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include "util/clock.h"
 #include "engine/engine.h"
 
 #include "backend/registry.h"
@@ -36,11 +37,6 @@
 #include <time.h>
 #include <unistd.h>
 
-double engine_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 hr_engine_params hr_engine_params_default(void) {
     return (hr_engine_params){.device = HR_DEVICE_AUTO,

@@ -86,7 +86,6 @@ struct hr_engine {
     int64_t n_chained; /* chained steps queued (tests) */
 };
 
-double engine_now_ms(void);
 /* Device choice, KV type, thread count: the defaults that depend on the
  * machine and the model. n_ctx stays as given (0: the planner picks).
  * need_device false lets a plan name cuda on a machine without a GPU. */

@@ -8,6 +8,7 @@
  * Otherwise everything is released except the longest tail that could still
  * grow into a stop string, so a stop string is never half-printed.
  */
+#include "util/clock.h"
 #include "engine/engine.h"
 
 #include "util/alloc.h"
@@ -235,7 +236,7 @@ hr_status engine_generate_ids(hr_engine *e, const int32_t *ids, int32_t n,
                               void *user_data, int32_t *out, int32_t out_cap, int32_t *n_out,
                               hr_generation_stats *stats, hr_error *err) {
     hr_generation_stats st = {0};
-    const double t0 = engine_now_ms();
+    const double t0 = hr_now_ms();
     if (n_out)
         *n_out = 0;
     if (e->n_reqs > 0)
@@ -265,7 +266,7 @@ hr_status engine_generate_ids(hr_engine *e, const int32_t *ids, int32_t n,
                 continue;
             if (ev[i].token >= 0) {
                 if (st.n_gen == 0) {
-                    t_first = engine_now_ms();
+                    t_first = hr_now_ms();
                     st.first_token_ms = t_first - t0;
                 }
                 if (out && n_out && *n_out < out_cap)
@@ -281,7 +282,7 @@ hr_status engine_generate_ids(hr_engine *e, const int32_t *ids, int32_t n,
                 s = hr_err_set(err, HR_ERR_NUMERIC, "%s", ev[i].error);
         }
     }
-    double t_end = engine_now_ms();
+    double t_end = hr_now_ms();
     /* with no token (max_tokens 0, an error), the prompt took the whole run */
     st.prompt_ms = st.n_gen > 0 ? st.first_token_ms : t_end - t0;
     st.gen_ms = st.n_gen > 0 ? t_end - t_first : 0.0;

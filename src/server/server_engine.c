@@ -21,6 +21,7 @@
  * Idle, the thread sleeps on s->work (no polling); a submit, a cancel or a
  * stop signals it.
  */
+#include "util/clock.h"
 #include "server/server_engine.h"
 
 #include "util/alloc.h"
@@ -75,11 +76,6 @@ struct server_engine {
     char step_error[512]; /* the last failed step's message, for its requests */
 };
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* ---------------------------------------------------------------- jobs */
 
@@ -213,7 +209,7 @@ static void *engine_main(void *arg) {
         hr_status st = hr_engine_step(s->e, s->events, s->cap_events, &n, &err);
         if (st != HR_OK) /* the requests in the step end with HR_FINISH_ERROR; others go on */
             HR_LOG_W("serve: a step failed: %s", err.msg);
-        double t = now_ms();
+        double t = hr_now_ms();
         pthread_mutex_lock(&s->mu);
         if (st != HR_OK)
             snprintf(s->step_error, sizeof s->step_error, "%s", err.msg);

@@ -48,7 +48,7 @@ void server_engine_free(server_engine *s);
 /* Queues a job. HR_ERR_NO_FIT: the queue is full (429); HR_ERR_CANCELLED:
  * the server is stopping (503); HR_ERR_NOMEM. The prompt, the parameters
  * and their stop strings are copied. t_arrival_ms: when the request came in
- * (engine_now_ms's clock), from which time to first token counts. */
+ * (hr_now_ms's clock), from which time to first token counts. */
 hr_status server_engine_submit(server_engine *s, const int32_t *prompt, int32_t n_prompt,
                                const hr_sampling_params *sp, double t_arrival_ms,
                                server_job **out, hr_error *err);

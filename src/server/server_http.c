@@ -24,6 +24,7 @@
  * a bad address is reported with its errno, and --port 0 can say which port
  * it got.
  */
+#include "util/clock.h"
 #include "server/server_http.h"
 
 #include "chat/template.h"
@@ -85,11 +86,6 @@ typedef struct {
     double t_arrival; /* ms, engine clock */
 } conn_ctx;
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* splitmix64: request seeds and ids, distinct per request without a lock */
 static uint64_t next_random(server_http *h) {
@@ -485,12 +481,12 @@ static enum MHD_Result completions(server_http *h, struct MHD_Connection *c, con
     /* not streamed: wait for the whole text, watching the client */
     server_buf text = {0};
     server_job_state st;
-    for (double checked = now_ms();;) {
+    for (double checked = hr_now_ms();;) {
         /* text keeps coming while it runs: look at the client every slice anyway */
         bool news = server_job_wait(job, WAIT_SLICE_MS, &text, &st);
-        bool look = !news || now_ms() - checked >= WAIT_SLICE_MS;
+        bool look = !news || hr_now_ms() - checked >= WAIT_SLICE_MS;
         if (look)
-            checked = now_ms();
+            checked = hr_now_ms();
         if (look && st.finish == HR_FINISH_NONE && client_gone(c)) {
             server_job_cancel(job);
             server_job_release(job);
@@ -787,7 +783,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cc) { /* headers are in: the body (if any) comes in the next calls */
         if (!(cc = hr_calloc(1, sizeof *cc)))
             return MHD_NO;
-        cc->t_arrival = now_ms();
+        cc->t_arrival = hr_now_ms();
         *con_cls = cc;
         atomic_fetch_add(&h->in_flight, 1);
         const char *cl =

@@ -8,6 +8,7 @@
  * copied into one huge-page block (hr_alloc_pages): TinyLlama Q4_0 decode
  * 5-12% faster than from the mapping's 4 KiB pages (2-core Zen 4 VM).
  */
+#include "util/clock.h"
 #include "backend/cpu/cpu_backend.h"
 
 #include "backend/sizes.h"
@@ -24,11 +25,6 @@
 
 #define CPU_ALIGN 64 /* a cache line, and a full AVX-512 vector */
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* Every allocation of the backend: counted against the planned cap (host
  * memory is the budget on the cpu), kept for the backend's free. */
@@ -233,7 +229,7 @@ static hr_status cpu_begin_step(hr_backend *b, const hr_step *s, hr_error *err) 
         HR_LOG_D("cpu: %d of %d threads from this step on", n, cpu_pool_size(c->pool));
         cpu_pool_set_active(c->pool, n);
     }
-    c->step_start_ns = now_ns();
+    c->step_start_ns = hr_now_ns();
     for (int32_t i = 0; i < s->n_seg; i++)
         for (int32_t r = 0; r < s->segs[i].n; r++)
             c->row_seq[s->segs[i].row0 + r] = s->segs[i].seq;
@@ -266,7 +262,7 @@ static hr_status cpu_end_step(hr_backend *b, const be_tensor *logits, float *hos
             memcpy(host + (int64_t)i * logits->cols, (const float *)logits->data + i * logits->ld,
                    (size_t)logits->cols * sizeof(float));
     c->step = NULL;
-    cpu_tuner_after(&c->tuner, (double)(now_ns() - c->step_start_ns));
+    cpu_tuner_after(&c->tuner, (double)(hr_now_ns() - c->step_start_ns));
     return HR_OK;
 }
 

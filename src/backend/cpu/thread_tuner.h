@@ -5,7 +5,7 @@
  * All cores is the best count on an idle machine, and far from it when
  * another process keeps a core busy: a thread that shares a core is off it
  * for milliseconds at a time, and the step waits for the rows it holds
- * (2 cores, one busy neighbour, SmolLM2: 2 threads 66 tok/s, 1 thread 87).
+ * (docs/journal/cpu.md has the figures).
  * No cheap reading of the machine says which count is best (the load
  * average lags and counts our own threads), so the tuner measures: now and
  * then a few decode steps run with one thread fewer (or more), and the count

@@ -27,11 +27,11 @@
  * not slow the increments of n_done.
  *
  * Rejected (docs/journal/cpu.md): a fixed slot per thread with a barrier
- * (before 2026-12-05): one worker without a core held every run, 2 threads
- * beside one busy process decoded at a third of one thread's speed; a task
+ * (one worker without a core held every run); a task
  * queue with a mutex per task (microseconds per run); pure spinning (a paused
  * engine would keep every core busy).
  */
+#include "util/clock.h"
 #include "backend/cpu/threadpool.h"
 
 #include "util/alloc.h"
@@ -100,11 +100,6 @@ struct cpu_pool {
     char pad3[CACHE_LINE];
 };
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static uint32_t gen_of(uint64_t run) {
     return (uint32_t)(run >> 32);
@@ -123,7 +118,7 @@ static bool spin_for(const _Atomic uint64_t *word, uint64_t unlike, const atomic
             return true;
         CPU_RELAX();
         if ((i & 255) == 255) {
-            uint64_t t = now_ns();
+            uint64_t t = hr_now_ns();
             if (t0 == 0)
                 t0 = t;
             else if (t - t0 > us * 1000u)
@@ -326,7 +321,6 @@ void cpu_pool_run(cpu_pool *p, cpu_task_fn fn, void *ctx) {
     if (ran > 1)
         p->stats.slots_taken_over += (uint64_t)(ran - 1);
     if (!spin_for(NULL, 0, &p->n_done, n, CPU_POOL_CALLER_SPIN_US)) {
-        p->stats.caller_blocked++;
         pthread_mutex_lock(&p->mutex);
         atomic_store(&p->caller_asleep, 1);
         while (atomic_load(&p->n_done) != n)

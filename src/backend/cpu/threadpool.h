@@ -59,12 +59,11 @@ void cpu_pool_run(cpu_pool *p, cpu_task_fn fn, void *ctx);
 void cpu_pool_set_active(cpu_pool *p, int n);
 int cpu_pool_active(const cpu_pool *p);
 
-/* Counters of the runs so far (tests and diagnostics): slots run by the
- * caller although a worker could have (its worker was late). */
+/* Counters of the runs so far (tests): slots run by the caller although a
+ * worker could have (its worker was late). */
 typedef struct {
     uint64_t runs;
     uint64_t slots_taken_over; /* slots beyond the first the caller ran */
-    uint64_t caller_blocked;   /* runs whose caller slept waiting for a slot to end */
 } cpu_pool_stats;
 
 cpu_pool_stats cpu_pool_get_stats(const cpu_pool *p);

@@ -6,6 +6,7 @@
  * host); biases and norm weights as f32, and in bf16 each norm's weight
  * folded into the columns of the 16-bit matrix after it.
  */
+#include "util/clock.h"
 #include "backend/cuda/cuda_internal.h"
 
 #include "backend/sizes.h"
@@ -20,16 +21,11 @@
 
 /* ---------------------------------------------------------------- upload */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void cuda_progress(cuda_backend *c, bool done) {
     if (!c->p.progress || !isatty(2))
         return;
-    double t = now_s();
+    double t = (hr_now_ms() / 1e3);
     if (!done && t - c->t_progress < 0.25)
         return;
     c->t_progress = t;
@@ -43,7 +39,7 @@ void cuda_progress(cuda_backend *c, bool done) {
 static hr_status upload(cuda_backend *c, void *dst, const model_tensor *t, hr_error *err) {
     if (c->p.tuning.skip_upload) /* memory and speed measurements only: weights left unset */
         return HR_OK;
-    double t0 = now_s();
+    double t0 = (hr_now_ms() / 1e3);
     const int64_t K = t->ne[0], rows = t->n_dims > 1 ? t->ne[1] : 1;
     const hr_dtype ck = c->p.compute;
     const size_t src_row = hr_dtype_row_bytes(t->dtype, K), dst_row = (size_t)K * 2;
@@ -81,8 +77,8 @@ static hr_status upload(cuda_backend *c, void *dst, const model_tensor *t, hr_er
             s = hr_err_set(err, HR_ERR_DEVICE, "cuda: uploading '%s': %s", t->name,
                            cudaGetErrorString(e));
         c->uploaded += (uint64_t)n * dst_row;
-        c->upload_s += now_s() - t0;
-        t0 = now_s();
+        c->upload_s += (hr_now_ms() / 1e3) - t0;
+        t0 = (hr_now_ms() / 1e3);
         cuda_progress(c, false);
     }
     hr_free(tmp);
@@ -95,7 +91,7 @@ static hr_status upload_packed(cuda_backend *c, const packed_matrix *m, int64_t 
                                const model_tensor *t, hr_error *err) {
     if (c->p.tuning.skip_upload)
         return HR_OK;
-    double t0 = now_s();
+    double t0 = (hr_now_ms() / 1e3);
     const int64_t K = t->ne[0], rows = t->ne[1];
     const size_t src_row = hr_dtype_row_bytes(t->dtype, K);
     const int64_t per_chunk = (int64_t)(STAGE_BYTES / src_row);
@@ -127,8 +123,8 @@ static hr_status upload_packed(cuda_backend *c, const packed_matrix *m, int64_t 
             s = hr_err_set(err, HR_ERR_DEVICE, "cuda: uploading '%s': %s", t->name,
                            cudaGetErrorString(e));
         c->uploaded += (uint64_t)n * src_row;
-        c->upload_s += now_s() - t0;
-        t0 = now_s();
+        c->upload_s += (hr_now_ms() / 1e3) - t0;
+        t0 = (hr_now_ms() / 1e3);
         cuda_progress(c, false);
     }
     return s;
