@@ -23,8 +23,10 @@
  *   cmake --build build-mm --target headroom
  *   gcc -O2 -std=c17 -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc bench/bench_cpu_matmul.c \
  *       build-mm/lib/libheadroom.a -lpthread -lm -o build-mm/bench_cpu_matmul
- * Run: build-mm/bench_cpu_matmul [threads=2] [full|quick] [dtype]
- *   quick: shorter timings and no prefill model estimate; dtype: only that one.
+ * Run: build-mm/bench_cpu_matmul [threads=2] [full|quick|hot] [dtype]
+ *   quick: shorter timings and no prefill model estimate; hot: as quick, with
+ *   every call on the same weights (in cache: the compute ceiling; the % then
+ *   compares with a read from DRAM); dtype: only that one.
  */
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul.h"
@@ -302,6 +304,8 @@ static double validate(hr_dtype t, cpu_matmul_mode mode, int64_t B, int64_t K, i
     return worst;
 }
 
+static bool hot; /* "hot" on the command line */
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -322,6 +326,8 @@ static double time_matmul(cpu_matmul_mode mode, int64_t B, int64_t K, const cpu_
     size_t n_win = WBUF_BYTES / bytes;
     if (n_win < 2)
         n_win = 2;
+    if (hot) /* one window: the weights stay in cache, the kernels' compute ceiling */
+        n_win = 1;
     cpu_mat parts[8];
     int64_t N = 0;
     for (int p = 0; p < n_parts; p++)
@@ -363,6 +369,8 @@ static double time_matmul(cpu_matmul_mode mode, int64_t B, int64_t K, const cpu_
 int main(int argc, char **argv) {
     int n_threads = argc > 1 ? atoi(argv[1]) : 2;
     bool quick = argc > 2 && strcmp(argv[2], "quick") == 0;
+    hot = argc > 2 && strcmp(argv[2], "hot") == 0;
+    quick |= hot;
     hr_dtype only = HR_DTYPE_COUNT;
     if (argc > 3 && !hr_dtype_from_name(argv[3], &only)) {
         fprintf(stderr, "unknown dtype %s\n", argv[3]);
@@ -408,8 +416,9 @@ int main(int argc, char **argv) {
             continue;
         fill_weights(t, wbuf, WBUF_BYTES);
         for (int mode = 0; mode < 2; mode++) {
-            if (mode == CPU_MATMUL_FAST && !hr_dtype_table[t].is_quant)
-                continue;
+            if (mode == CPU_MATMUL_FAST && !hr_dtype_table[t].is_quant && t != HR_DTYPE_F16 &&
+                t != HR_DTYPE_BF16)
+                continue; /* F32 ignores the mode */
             double worst = 0;
             for (int s = 0; s < N_SHAPES; s++) {
                 double e1 = validate(t, (cpu_matmul_mode)mode, 1, shapes[s].K, shapes[s].N, x);

@@ -290,7 +290,7 @@ typedef struct {
     bool expand_weights;   /* cuda: quantized weights (GGUF Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
                               Q4_K, Q5_K, Q6_K) expanded to the compute type at upload
                               instead of kept packed (2-4x the memory) */
-    bool exact_matmul;     /* cpu: f32 activations for quantized and F16 weights too */
+    bool exact_matmul;     /* cpu: f32 activations for quantized, F16 and BF16 weights too */
     bool use_mmap;         /* cpu: read the weight matrices from the file mapping instead of
                               copying them into huge-page memory (faster load, slower
                               decode: a TLB miss every 4 KiB of weights) */

@@ -36,9 +36,12 @@
  *   or a misplaced code that the 8-bit rounding would otherwise hide.
  *   FAST with F16 weights (calls without quantized parts): the same bounds
  *     with x^ = f16(x), whose error |x - x^| <= 2^-11 |x| (or 2^-25 for
- *     subnormal f16) takes the place of d/2.
- * F32/BF16 ignore the mode and are held to the EXACT bound in both, as is F16
- * in a call with quantized parts.
+ *     subnormal f16) takes the place of d/2; with BF16 weights (calls
+ *     without quantized or F16 parts) x^ = bf16(x), and |x - x^| taken
+ *     element by element. (vdpbf16ps flushes bf16 denormals: below the
+ *     1e-30 floor of every tolerance.)
+ * F32 ignores the mode and is held to the EXACT bound in both, as are F16
+ * and BF16 parts in a call whose x^ is another type's.
  */
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul.h"
@@ -278,12 +281,17 @@ static void run_case(const mm_case *c) {
     double *refh_abs = calloc(nbn + 1, sizeof(double));
     double *qerr = calloc(nbn + 1, sizeof(double));
     const bool legacy_k = K % 32 == 0;
-    bool any_f16 = false, any_quant = false;
+    bool any_f16 = false, any_bf16 = false, any_quant = false;
     for (int p = 0; p < c->n_parts; p++) {
         any_f16 = any_f16 || c->parts[p].t == HR_DTYPE_F16;
+        any_bf16 = any_bf16 || c->parts[p].t == HR_DTYPE_BF16;
         any_quant = any_quant || hr_dtype_table[c->parts[p].t].is_quant;
     }
-    const bool f16_fast = any_f16 && !any_quant; /* FAST rounds x to f16 (matmul.h) */
+    /* FAST rounds x to f16, else bf16, without quantized parts (matmul.h) */
+    const hr_dtype x16_type = any_quant ? HR_DTYPE_COUNT
+                              : any_f16 ? HR_DTYPE_F16
+                              : any_bf16 ? HR_DTYPE_BF16
+                                         : HR_DTYPE_COUNT;
     double *xh = malloc(sizeof(double) * (size_t)K);
     double *dblk = malloc(sizeof(double) * (size_t)(K / 32 + 1));
     for (int64_t b = 0; b < B; b++) {
@@ -292,12 +300,13 @@ static void run_case(const mm_case *c) {
             quantize_ref(xb, K, xh, dblk);
         int64_t col = 0;
         for (int p = 0; p < c->n_parts; p++) {
-            const bool part_f16 = f16_fast && c->parts[p].t == HR_DTYPE_F16;
+            const bool part_f16 = c->parts[p].t == x16_type;
             for (int64_t r = 0; r < c->parts[p].n_rows; r++, col++) {
                 const float *w = pd[p].w + r * K;
                 double s = 0, sa = 0, sh = 0, sha = 0, qe = 0, amax = 0;
                 for (int64_t k = 0; part_f16 && k < K; k++) {
-                    const double x16 = hr_f16_to_f32(hr_f32_to_f16(xb[k]));
+                    const double x16 = x16_type == HR_DTYPE_F16 ? hr_f16_to_f32(hr_f32_to_f16(xb[k]))
+                                                                : hr_bf16_to_f32(hr_f32_to_bf16(xb[k]));
                     sh += (double)w[k] * x16;
                     sha += fabs((double)w[k] * x16);
                     qe += fabs((double)w[k]) * fabs(xb[k] - x16);
@@ -358,8 +367,7 @@ static void run_case(const mm_case *c) {
             int64_t col0 = 0;
             for (int p = 0; p < c->n_parts; p++) {
                 const hr_dtype dt = c->parts[p].t;
-                const bool fast = mode == CPU_MATMUL_FAST &&
-                                  (hr_dtype_table[dt].is_quant || (dt == HR_DTYPE_F16 && f16_fast));
+                const bool fast = mode == CPU_MATMUL_FAST && (hr_dtype_table[dt].is_quant || dt == x16_type);
                 stats *st = &results[level][mode][dt];
                 double worst = 0, worst_tight = 0, worst_loose = 0;
                 int64_t wb = 0, wn = 0;
@@ -458,6 +466,29 @@ static void check_converters(void) {
                       hr_dtype_name(t));
             free(got);
             free_part(&pd);
+        }
+        /* the 16-bit roundings of FAST with F16/BF16 weights, bit for bit:
+         * ties, denormals, infinities, NaN of both signs, an odd length */
+        {
+            enum { NR = 1001 };
+            float x[NR], xh_want[NR], xh_got[NR];
+            uint16_t h_want[NR], h_got[NR];
+            static const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x00000001u, 0x807fffffu,
+                                               0x7f800000u, 0xff800000u, 0x7fc00001u, 0xff800001u,
+                                               0x7f7fffffu, 0x477ff000u, 0x33000001u, 0x80000000u};
+            for (int i = 0; i < NR; i++) {
+                if (i < (int)(sizeof(special) / sizeof(special[0])))
+                    memcpy(&x[i], &special[i], 4);
+                else
+                    x[i] = rng_normal() * (i % 7 == 0 ? 1e-30f : i % 5 == 0 ? 1e30f : 1.0f);
+            }
+            for (int f = 0; f < 2; f++) {
+                (f ? cpu_mm_round_bf16_ref : cpu_mm_round_f16_ref)(x, NR, h_want, xh_want);
+                (f ? isa->round_bf16 : isa->round_f16)(x, NR, h_got, xh_got);
+                CHECK_MSG(memcmp(h_want, h_got, sizeof h_want) == 0 &&
+                              memcmp(xh_want, xh_got, sizeof xh_want) == 0,
+                          "%s round_%s differs from the reference", isa->name, f ? "bf16" : "f16");
+            }
         }
         /* quantizer: all layouts, a K that is not a multiple of the padding */
         const int64_t Kq = 2304;
@@ -597,6 +628,19 @@ static void add_cases_for(hr_dtype t, int *n_run) {
         run_case(&c);
         (*n_run)++;
     }
+    if (hr_dtype_table[t].block_elems == 1) {
+        /* float rows of any K: tails of pairs, of 32-element steps and of K slices */
+        static const struct {
+            int64_t B, K, N;
+        } float_shapes[] = {{1, 37, 67}, {33, 75, 35}, {300, 1001, 33}, {40, 1030, 3}};
+        for (size_t s = 0; s < sizeof(float_shapes) / sizeof(float_shapes[0]); s++, i++) {
+            mm_case c = {.B = float_shapes[s].B, .K = float_shapes[s].K, .n_parts = 1,
+                         .x_kind = X_DENSE, .strided = i % 2 == 0};
+            c.parts[0] = (part_spec){.t = t, .n_rows = float_shapes[s].N, .bias = i % 2 == 1};
+            run_case(&c);
+            (*n_run)++;
+        }
+    }
     if (!legacy)
         return;
     for (size_t s = 0; s < sizeof(legacy_shapes) / sizeof(legacy_shapes[0]); s++, i++) {
@@ -656,7 +700,7 @@ int main(void) {
             const stats *e = &results[level][0][t], *f = &results[level][1][t];
             printf("  %-6s %-5s exact %3d checks %.3f  fast %3d checks", cpu_level_name(
                    (cpu_level)level), hr_dtype_name(t), e->n_cases, e->worst_exact, f->n_cases);
-            if (hr_dtype_table[t].is_quant || t == HR_DTYPE_F16)
+            if (hr_dtype_table[t].is_quant || t == HR_DTYPE_F16 || t == HR_DTYPE_BF16)
                 printf(" tight %.3f loose %.3f", f->worst_fast_tight, f->worst_fast_loose);
             else
                 printf(" %.3f", f->worst_exact);

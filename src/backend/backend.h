@@ -191,7 +191,7 @@ typedef struct {
     int32_t n_threads;    /* cpu: worker threads (0 = all cores) */
     bool adapt_threads;   /* cpu: decode steps use the count that runs fastest
                              (cpu/thread_tuner.h) */
-    bool exact_matmul;    /* cpu: f32 activations for quantized and F16 weights (none
+    bool exact_matmul;    /* cpu: f32 activations for quantized, F16 and BF16 weights (none
                              rounded to 8 or 16 bits; matmul.h's EXACT) */
     int32_t device_index; /* cuda */
     hr_dtype compute;     /* cuda: bf16 or f16, weights and matmul inputs */

@@ -94,7 +94,7 @@ static const struct {
      "  --expand           cuda: expand quantized weights to the compute type at\n"
      "                     load instead of keeping them packed (2-4x the memory)\n"},
     {OPT_EXACT, "--exact", NULL, CLI_RUN | CLI_PERPLEXITY | CLI_BENCH | CLI_CHAT | CLI_SERVE,
-     "  --exact            cpu: f32 activations for quantized and f16 weights\n"
+     "  --exact            cpu: f32 activations for quantized, f16 and bf16 weights\n"
      "                     (not rounded to 8 or 16 bits): slower, matches the\n"
      "                     reference closely\n"},
     {OPT_MMAP, "--mmap", NULL, ALL,

@@ -26,6 +26,7 @@ static const char *const level_names[CPU_LEVEL_COUNT] = {
 
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 static cpu_level level_supported = CPU_LEVEL_REF;
+static bool bf16_supported;
 static atomic_int level_active = CPU_LEVEL_REF;
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -35,6 +36,13 @@ static atomic_int level_active = CPU_LEVEL_REF;
 static bool has_f16c(void) {
     unsigned a, b, c, d;
     return __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1u);
+}
+
+/* AVX512-BF16: CPUID leaf 7, sub-leaf 1, EAX bit 5 (read directly for the
+ * same reason) */
+static bool has_avx512_bf16(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1u);
 }
 #endif
 
@@ -57,6 +65,9 @@ static cpu_level detect(void) {
 
 static void detect_init(void) {
     level_supported = detect();
+#if defined(__x86_64__) || defined(__i386__)
+    bf16_supported = level_supported == CPU_LEVEL_AVX512 && has_avx512_bf16();
+#endif
     cpu_level active = level_supported;
     const char *env = hr_env_get()->cpu;
     if (env != NULL) {
@@ -77,6 +88,11 @@ static void detect_init(void) {
 cpu_level cpu_level_supported(void) {
     pthread_once(&detect_once, detect_init);
     return level_supported;
+}
+
+bool cpu_has_avx512_bf16(void) {
+    pthread_once(&detect_once, detect_init);
+    return bf16_supported;
 }
 
 cpu_level cpu_level_active(void) {

@@ -27,6 +27,11 @@ typedef enum {
 /* Highest level this CPU and OS can run. Thread-safe. */
 cpu_level cpu_level_supported(void);
 
+/* Whether the AVX-512 level may also run its AVX512-BF16 kernels (Zen 4,
+ * Sapphire Rapids; not Ice Lake). Those kernels carry their own target
+ * attribute, outside the level's flags. Thread-safe. */
+bool cpu_has_avx512_bf16(void);
+
 /* Level the kernels use now: the supported level, lowered by HEADROOM_CPU
  * (read once, at the first call) or by cpu_level_set. Thread-safe. */
 cpu_level cpu_level_active(void);

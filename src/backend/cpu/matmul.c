@@ -25,9 +25,10 @@
  * few weight rows to f32 in the thread's scratch and runs the level's F32
  * kernel on them; FAST for a quantized type without integer kernels runs the
  * EXACT kernels on x^ (so its results obey the same FAST contract). FAST with
- * F16 weights rounds x to f16 (x16, and x^ in f32) in step 1; a one-row
- * decode reads x16 (gemv_fast[F16]), everything else runs the EXACT kernels
- * on x^, whose 4-row tiles already share each weight load.
+ * F16 (BF16) weights rounds x to f16 (bf16) in step 1 (x16, and x^ in f32);
+ * a one-row decode reads x16 (gemv_fast), BF16 prefill reads x16 packed in
+ * pairs (gemm_fast[BF16]), everything else runs the EXACT kernels on x^,
+ * whose 4-row tiles already share each weight load.
  *
  * Prefill with f32 kernels packs the activations once per call into panels
  * (gemm_pack_x), shared by all threads, before any thread starts on weights:
@@ -35,7 +36,7 @@
  *
  * Scratch (one block, planned by the caller):
  *   [x^: B*K f32] [x16: B*K f16] [xq rows: 3 layouts * B * xq_row_bytes]
- *   [packed x, packed x^: 2 * (B+15) * kpad(K) f32] [per thread: tscratch]
+ *   [packed x, packed x^ or x16: 2 * (B+15) * kpad(K) f32] [per thread: tscratch]
  * Three layouts suffice: decode uses at most NATURAL/QUAD/K4, prefill T32/T16.
  */
 #include "backend/cpu/matmul.h"
@@ -47,6 +48,7 @@
 #include "util/fp16.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
@@ -68,10 +70,24 @@ static size_t align_up(size_t n) {
     return (n + MM_ALIGN - 1) / MM_ALIGN * MM_ALIGN;
 }
 
+/* The AVX-512 table less its AVX512-BF16 kernels, for CPUs without them. */
+static cpu_mm_isa avx512_no_bf16;
+static pthread_once_t avx512_no_bf16_once = PTHREAD_ONCE_INIT;
+
+static void make_avx512_no_bf16(void) {
+    avx512_no_bf16 = cpu_mm_isa_avx512;
+    avx512_no_bf16.gemv_fast[HR_DTYPE_BF16] = NULL;
+    avx512_no_bf16.gemm_fast[HR_DTYPE_BF16] = NULL;
+    avx512_no_bf16.gemm_min_B_bf16 = INT64_MAX;
+}
+
 static const cpu_mm_isa *isa_for(cpu_level level) {
     switch (level) {
     case CPU_LEVEL_AVX512:
-        return &cpu_mm_isa_avx512;
+        if (cpu_has_avx512_bf16())
+            return &cpu_mm_isa_avx512;
+        pthread_once(&avx512_no_bf16_once, make_avx512_no_bf16);
+        return &avx512_no_bf16;
     case CPU_LEVEL_AVX2:
         return &cpu_mm_isa_avx2;
     default:
@@ -161,6 +177,13 @@ void cpu_mm_round_f16_ref(const float *x, int64_t n, uint16_t *x16, float *xh) {
     for (int64_t i = 0; i < n; i++) {
         x16[i] = hr_f32_to_f16(x[i]);
         xh[i] = hr_f16_to_f32(x16[i]);
+    }
+}
+
+void cpu_mm_round_bf16_ref(const float *x, int64_t n, uint16_t *x16, float *xh) {
+    for (int64_t i = 0; i < n; i++) {
+        x16[i] = hr_f32_to_bf16(x[i]);
+        xh[i] = hr_bf16_to_f32(x16[i]);
     }
 }
 
@@ -284,9 +307,12 @@ typedef struct {
     cpu_mm_args args_xh; /* FAST generic paths: x replaced by x^ */
     /* FAST preparation and prefill packing */
     bool need_quant;
-    bool f16_fast;  /* FAST, F16 parts and no quantized ones: x^ = f16(x) */
-    uint16_t *x16;  /* x^ as f16 when f16_fast */
+    /* FAST without quantized parts: F16 (or else BF16) parts round x to that
+     * type, x^ = x16; HR_DTYPE_COUNT: none */
+    hr_dtype x16_type;
+    uint16_t *x16;
     float *xpack_x, *xpack_xh; /* NULL when not needed */
+    uint32_t *xpack16;         /* x16 in pairs (in xpack_xh's place) */
     void *xq[CPU_XQ_LAYOUT_COUNT]; /* layout base (row b at + b*xq_row_bytes) */
     float *xh;
     size_t xq_row_bytes;
@@ -320,9 +346,8 @@ static void gemv_generic(const mm_job *j, const cpu_mm_args *a, const cpu_mat *m
 }
 
 /* Whether a part of dtype t computes on rounded activations in this call. */
-static bool part_fast(cpu_matmul_mode mode, bool f16_fast, hr_dtype t) {
-    return mode == CPU_MATMUL_FAST &&
-           (hr_dtype_table[t].is_quant || (t == HR_DTYPE_F16 && f16_fast));
+static bool part_fast(cpu_matmul_mode mode, hr_dtype x16_type, hr_dtype t) {
+    return mode == CPU_MATMUL_FAST && (hr_dtype_table[t].is_quant || t == x16_type);
 }
 
 static void run_chunk(const mm_job *j, int p, int64_t r0, int64_t r1, void *ts) {
@@ -330,14 +355,14 @@ static void run_chunk(const mm_job *j, int p, int64_t r0, int64_t r1, void *ts) 
     const hr_dtype t = m->dtype;
     const cpu_mm_isa *isa = j->isa;
     float *y = j->y + j->part_col[p] + r0;
-    const bool fast = part_fast(j->mode, j->f16_fast, t);
+    const bool fast = part_fast(j->mode, j->x16_type, t);
 
     if (j->part_gemm[p]) {
         if (fast && isa->gemm_fast[t] != NULL)
             isa->gemm_fast[t](&j->args_x, m, r0, r1, y, j->ldy, ts);
         else
             isa->gemm_exact(fast ? &j->args_xh : &j->args_x, m, r0, r1, y, j->ldy, ts);
-    } else if (fast && isa->gemv_fast[t] != NULL && (t != HR_DTYPE_F16 || j->B == 1)) {
+    } else if (fast && isa->gemv_fast[t] != NULL && (t != j->x16_type || j->B == 1)) {
         isa->gemv_fast[t](&j->args_x, m, r0, r1, y, j->ldy, ts);
     } else {
         const cpu_mm_args *a = fast ? &j->args_xh : &j->args_x;
@@ -370,13 +395,15 @@ static void quantize_items(mm_job *j, int64_t s, int64_t e) {
     }
 }
 
-/* FAST with F16 weights: x16 and x^ for elements [s, e) of the B*K, cut at
- * row ends. */
+/* FAST with F16 or BF16 weights: x16 and x^ for elements [s, e) of the
+ * B*K, cut at row ends. */
 static void round_items(mm_job *j, int64_t s, int64_t e) {
+    const cpu_round16_fn round =
+        j->x16_type == HR_DTYPE_F16 ? j->isa->round_f16 : j->isa->round_bf16;
     for (int64_t i = s; i < e;) {
         const int64_t b = i / j->K, k = i % j->K;
         const int64_t len = (e - i < j->K - k) ? e - i : j->K - k;
-        j->isa->round_f16(j->x + b * j->ldx + k, len, j->x16 + i, j->xh + i);
+        round(j->x + b * j->ldx + k, len, j->x16 + i, j->xh + i);
         i += len;
     }
 }
@@ -391,6 +418,9 @@ static void pack_items(mm_job *j, int64_t s, int64_t e) {
             j->isa->gemm_pack_x(j->x + p * mr * j->ldx, j->ldx, rows, j->K, j->xpack_x + p * panel);
         if (j->xpack_xh != NULL)
             j->isa->gemm_pack_x(j->xh + p * mr * j->K, j->K, rows, j->K, j->xpack_xh + p * panel);
+        if (j->xpack16 != NULL)
+            j->isa->gemm_pack_x16(j->x16 + p * mr * j->K, j->K, rows,
+                                  j->xpack16 + (size_t)p * (size_t)mr * (size_t)cpu_mm_kpad32(j->K) / 2);
     }
 }
 
@@ -428,8 +458,8 @@ static void mm_task(void *ctx, int slot, int n_slots) {
     (void)n_slots;
     mm_job *j = ctx;
     if (j->need_quant)
-        run_phase(j, &j->prep, j->f16_fast ? round_items : quantize_items);
-    if (j->xpack_x != NULL || j->xpack_xh != NULL)
+        run_phase(j, &j->prep, j->x16_type != HR_DTYPE_COUNT ? round_items : quantize_items);
+    if (j->pack.n > 0)
         run_phase(j, &j->pack, pack_items);
     void *ts = j->tscratch + (size_t)slot * j->tscratch_bytes;
     int p = 0;
@@ -474,14 +504,17 @@ void cpu_matmul(cpu_pool *pool, void *scratch, cpu_matmul_mode mode, float *y, i
                 .parts = parts,
                 .n_parts = n_parts};
 
-    /* F16 parts round x to f16 in FAST mode unless a quantized part needs
-     * the 8-bit x^ of the same call */
-    bool any_f16 = false, any_quant = false;
+    /* F16 (else BF16) parts round x to their type in FAST mode unless a
+     * quantized part needs the 8-bit x^ of the same call */
+    bool any_f16 = false, any_bf16 = false, any_quant = false;
     for (int p = 0; p < n_parts; p++) {
         any_f16 = any_f16 || parts[p].dtype == HR_DTYPE_F16;
+        any_bf16 = any_bf16 || parts[p].dtype == HR_DTYPE_BF16;
         any_quant = any_quant || hr_dtype_table[parts[p].dtype].is_quant;
     }
-    j.f16_fast = mode == CPU_MATMUL_FAST && any_f16 && !any_quant;
+    j.x16_type = HR_DTYPE_COUNT;
+    if (mode == CPU_MATMUL_FAST && !any_quant && (any_f16 || any_bf16))
+        j.x16_type = any_f16 ? HR_DTYPE_F16 : HR_DTYPE_BF16;
 
     int64_t N = 0;
     for (int p = 0; p < n_parts; p++) {
@@ -491,10 +524,12 @@ void cpu_matmul(cpu_pool *pool, void *scratch, cpu_matmul_mode mode, float *y, i
         HR_ASSERT(m->n_rows == 0 || m->data != NULL);
         j.part_col[p] = N;
         N += m->n_rows;
-        const bool fast = mode == CPU_MATMUL_FAST && hr_dtype_table[m->dtype].is_quant &&
-                          isa->gemm_fast[m->dtype] != NULL;
-        j.part_gemm[p] = isa->gemm_exact != NULL &&
-                         B >= (fast ? isa->gemm_min_B_fast : isa->gemm_min_B_exact);
+        const bool fast_gemm = part_fast(mode, j.x16_type, m->dtype) &&
+                               isa->gemm_fast[m->dtype] != NULL;
+        const int64_t min_B = !fast_gemm                   ? isa->gemm_min_B_exact
+                              : m->dtype == HR_DTYPE_BF16 ? isa->gemm_min_B_bf16
+                                                          : isa->gemm_min_B_fast;
+        j.part_gemm[p] = isa->gemm_exact != NULL && B >= min_B;
     }
     HR_ASSERT(ldy >= N);
     if (B == 0 || N == 0)
@@ -502,17 +537,20 @@ void cpu_matmul(cpu_pool *pool, void *scratch, cpu_matmul_mode mode, float *y, i
 
     /* Which activation forms the parts need. */
     bool need_layout[CPU_XQ_LAYOUT_COUNT] = {0};
-    bool need_xh = false, need_pack_x = false, need_pack_xh = false;
+    bool need_xh = false, need_pack_x = false, need_pack_xh = false, need_pack16 = false;
     for (int p = 0; p < n_parts; p++) {
         hr_dtype t = parts[p].dtype;
         if (parts[p].n_rows == 0)
             continue;
         const bool gemm = j.part_gemm[p];
-        if (!part_fast(mode, j.f16_fast, t)) {
+        if (!part_fast(mode, j.x16_type, t)) {
             need_pack_x = need_pack_x || gemm;
-        } else if (t == HR_DTYPE_F16) { /* x16 and x^, made together */
+        } else if (t == j.x16_type) { /* x16 and x^, made together */
             need_xh = true;
-            need_pack_xh = need_pack_xh || gemm;
+            if (gemm && isa->gemm_fast[t] != NULL)
+                need_pack16 = true;
+            else
+                need_pack_xh = need_pack_xh || gemm;
         } else if (gemm && isa->gemm_fast[t] != NULL) {
             need_layout[isa->gemm_fast_layout[t]] = true;
         } else if (!gemm && isa->gemv_fast[t] != NULL) {
@@ -529,7 +567,7 @@ void cpu_matmul(cpu_pool *pool, void *scratch, cpu_matmul_mode mode, float *y, i
     if (need_xh)
         j.xh = (float *)(void *)s;
     s += align_up((size_t)B * (size_t)K * sizeof(float));
-    if (need_xh && j.f16_fast)
+    if (need_xh && j.x16_type != HR_DTYPE_COUNT)
         j.x16 = (uint16_t *)(void *)s;
     s += align_up((size_t)B * (size_t)K * sizeof(uint16_t));
     int slot = 0;
@@ -547,8 +585,13 @@ void cpu_matmul(cpu_pool *pool, void *scratch, cpu_matmul_mode mode, float *y, i
     if (need_pack_x)
         j.xpack_x = (float *)(void *)s;
     s += xpack_bytes(B, K);
+    /* x16's pairs: (B + mr - 1) / mr * mr * kpad32(K) / 2 words, no more than
+     * the slot's (B + 15) * kpad(K) */
+    HR_ASSERT(!(need_pack_xh && need_pack16));
     if (need_pack_xh)
         j.xpack_xh = (float *)(void *)s;
+    if (need_pack16)
+        j.xpack16 = (uint32_t *)(void *)s;
     s += xpack_bytes(B, K);
     j.tscratch = s;
     j.tscratch_bytes = tscratch_max(K);
@@ -558,6 +601,7 @@ void cpu_matmul(cpu_pool *pool, void *scratch, cpu_matmul_mode mode, float *y, i
     for (int l = 0; l < CPU_XQ_LAYOUT_COUNT; l++)
         j.args_x.xq[l] = j.xq[l];
     j.args_x.xpack = j.xpack_x;
+    j.args_x.xpack16 = j.xpack16;
     j.args_xh = j.args_x;
     if (need_xh) {
         j.args_xh.x = j.xh;
@@ -585,11 +629,12 @@ void cpu_matmul(cpu_pool *pool, void *scratch, cpu_matmul_mode mode, float *y, i
     j.N = N;
     j.nth = nth;
     atomic_init(&j.next_row, 0);
-    if (j.f16_fast)
+    if (j.x16_type != HR_DTYPE_COUNT)
         phase_init(&j.prep, B * K, nth, 4096);
     else
         phase_init(&j.prep, B * (cpu_xq_kp(K) / CPU_XQ_PAD), nth, 1);
-    phase_init(&j.pack, j.xpack_x || j.xpack_xh ? (B + isa->gemm_mr - 1) / isa->gemm_mr : 0, nth, 1);
+    phase_init(&j.pack, j.xpack_x || j.xpack_xh || j.xpack16 ? (B + isa->gemm_mr - 1) / isa->gemm_mr : 0,
+               nth, 1);
 
     if (pool != NULL && nth > 1)
         cpu_pool_run(pool, mm_task, &j);

@@ -32,7 +32,14 @@
  *                     2-core Zen 4 VM, 2026-11-30: +15-24% while its memory
  *                     ran fast, even while slow). A call whose parts mix F16
  *                     with quantized weights runs its F16 parts EXACT (one x^
- *                     per call). F32/BF16 weights ignore the mode.
+ *                     per call).
+ *                     BF16 weights: x^ = x rounded to bf16 (to nearest even),
+ *                     llama.cpp's arithmetic for BF16 weights: products of two
+ *                     bf16 are exact in f32, so AVX512-BF16's vdpbf16ps does
+ *                     32 of them an instruction (twice the f32 FMA rate:
+ *                     prefill) and a decode reads x^ as bf16. Its DAZ/FTZ
+ *                     changes nothing above 2^-126. BF16 parts run EXACT in a
+ *                     call with quantized or F16 parts. F32 ignores the mode.
  *   (ggml quantizes activations for K-quants per 256 elements (Q8_K); headroom
  *   uses blocks of 32 for every format: a finer scale, one activation format,
  *   and no extra cost in kernels that scale each block in f32 anyway.)
@@ -168,17 +175,26 @@ typedef struct {
                        path this is x^ (the dequantized 8-bit activations) */
     int64_t ldx;
     const void *xq[CPU_XQ_LAYOUT_COUNT]; /* FAST: xq rows per layout (NULL: not made) */
-    const uint16_t *x16; /* FAST with F16 weights: x^ as f16, row stride K (NULL: not made) */
+    /* FAST with F16 or BF16 weights: x^ in that type, row stride K (NULL: not made) */
+    const uint16_t *x16;
     size_t xq_row_bytes;
     /* prefill: x (as above) packed by gemm_pack_x, panel p of gemm_mr rows at
      * xpack + p * gemm_mr * cpu_mm_kpad(K) */
     const float *xpack;
+    /* FAST BF16 prefill: x16 packed by gemm_pack_x16, panel p at
+     * xpack16 + p * gemm_mr * cpu_mm_kpad32(K) / 2 */
+    const uint32_t *xpack16;
     cpu_matmul_mode mode;
 } cpu_mm_args;
 
 /* K rounded up to 16: the packed activation panels' length. */
 static inline int64_t cpu_mm_kpad(int64_t K) {
     return (K + 15) / 16 * 16;
+}
+
+/* K rounded up to 32: the length of the bf16 pair panels (16 pairs a step). */
+static inline int64_t cpu_mm_kpad32(int64_t K) {
+    return (K + 31) / 32 * 32;
 }
 
 /* Computes y[b][r - r0] = dot(x_b, W_r) for rows r0 <= r < r1 of one part and
@@ -199,32 +215,37 @@ typedef void (*cpu_to_f32_fn)(const void *row, int64_t k0, int64_t n, float *dst
 typedef void (*cpu_quantize_fn)(const float *x, int64_t K, int64_t k0, int64_t k1,
                                 void *const out[CPU_XQ_LAYOUT_COUNT], float *xh);
 
-/* FAST for F16 weights: x16[i] = x[i] rounded to f16 (to nearest even) and
- * xh[i] = that value as f32, i < n. */
-typedef void (*cpu_round_f16_fn)(const float *x, int64_t n, uint16_t *x16, float *xh);
+/* FAST for F16 (BF16) weights: x16[i] = x[i] rounded to f16 (bf16), to
+ * nearest even, and xh[i] = that value as f32, i < n. */
+typedef void (*cpu_round16_fn)(const float *x, int64_t n, uint16_t *x16, float *xh);
 
 typedef struct {
     const char *name;
     /* rows kernels; NULL entries fall back to matmul.c's generic paths */
     cpu_rows_fn gemv_exact[HR_DTYPE_COUNT];
-    cpu_rows_fn gemv_fast[HR_DTYPE_COUNT];  /* [F16]: B == 1 only, from a->x16 */
+    cpu_rows_fn gemv_fast[HR_DTYPE_COUNT];  /* [F16], [BF16]: B == 1 only, from a->x16 */
     cpu_rows_fn gemm_exact;                 /* any dtype, via to_f32; NULL: gemv */
-    cpu_rows_fn gemm_fast[HR_DTYPE_COUNT];  /* NULL: gemm_exact on x^ */
+    cpu_rows_fn gemm_fast[HR_DTYPE_COUNT];  /* NULL: gemm_exact on x^; [BF16]: a->xpack16 */
     cpu_xq_layout gemv_fast_layout[HR_DTYPE_COUNT]; /* xq layout gemv_fast[t] reads */
     cpu_xq_layout gemm_fast_layout[HR_DTYPE_COUNT]; /* xq layout gemm_fast[t] reads */
     cpu_to_f32_fn to_f32[HR_DTYPE_COUNT];   /* NULL: quant_dequantize_row */
     cpu_quantize_fn quantize;
-    cpu_round_f16_fn round_f16;
-    /* Smallest B for which a part goes to gemm_exact (f32 kernels) or to
-     * gemm_fast (integer kernels) instead of the decode kernels, which handle
-     * any B; and the most / the granularity of weight rows per gemm call. */
-    int64_t gemm_min_B_exact, gemm_min_B_fast;
+    cpu_round16_fn round_f16, round_bf16;
+    /* Smallest B for which a part goes to gemm_exact (f32 kernels), to
+     * gemm_fast (integer kernels) or to gemm_fast[BF16] (bf16 pair dot
+     * products) instead of the decode kernels, which handle any B; and the
+     * most / the granularity of weight rows per gemm call. */
+    int64_t gemm_min_B_exact, gemm_min_B_fast, gemm_min_B_bf16;
     int64_t gemm_max_rows, gemm_row_align;
     /* gemm_exact's activation panels: rows per panel (<= 16) and the packer,
      * which writes rows [0, n_rows) of x (row stride ldx, K columns) as
      * dst[k][gemm_mr] for k < cpu_mm_kpad(K), zero-padded. */
     int gemm_mr;
     void (*gemm_pack_x)(const float *x, int64_t ldx, int n_rows, int64_t K, float *dst);
+    /* gemm_fast[BF16]'s: rows [0, n_rows) of x16 (row stride K) as pairs of
+     * consecutive elements, dst[k / 2][gemm_mr] for k < cpu_mm_kpad32(K),
+     * zero-padded (NULL where gemm_fast[BF16] is) */
+    void (*gemm_pack_x16)(const uint16_t *x16, int64_t K, int n_rows, uint32_t *dst);
     /* Per-thread scratch its kernels need for K <= max_K. */
     size_t (*tscratch_bytes)(int64_t max_K);
 } cpu_mm_isa;
@@ -245,8 +266,9 @@ size_t cpu_mm_row_bytes(hr_dtype t, int64_t K);
 /* isa->to_f32[t], or the reference dequantizer when that is NULL. */
 void cpu_mm_to_f32(const cpu_mm_isa *isa, hr_dtype t, const void *row, int64_t k0, int64_t n,
                    float *dst);
-/* The reference f16 rounding (scalar); the SIMD ones must match it. */
+/* The reference f16 and bf16 roundings (scalar); the SIMD ones must match them. */
 void cpu_mm_round_f16_ref(const float *x, int64_t n, uint16_t *x16, float *xh);
+void cpu_mm_round_bf16_ref(const float *x, int64_t n, uint16_t *x16, float *xh);
 /* The reference FAST quantizer (scalar); SIMD quantizers must match it. */
 void cpu_mm_quantize_ref(const float *x, int64_t K, int64_t k0, int64_t k1,
                          void *const out[CPU_XQ_LAYOUT_COUNT], float *xh);

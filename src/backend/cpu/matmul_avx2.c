@@ -635,9 +635,11 @@ const cpu_mm_isa cpu_mm_isa_avx2 = {
         },
     .quantize = quantize,
     .round_f16 = round_f16,
+    .round_bf16 = cpu_mm_round_bf16_ref, /* a small share of a call; no AVX2 bf16 kernels */
     .gemm_exact = gemm_exact,
     .gemm_min_B_exact = 64,
     .gemm_min_B_fast = INT64_MAX, /* no integer GEMM: FAST prefill is gemm_exact on x^ */
+    .gemm_min_B_bf16 = INT64_MAX,
     .gemm_max_rows = GEMM_NC,
     .gemm_row_align = GEMM_NR,
     .gemm_mr = GEMM_MR,

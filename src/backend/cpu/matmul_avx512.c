@@ -361,22 +361,33 @@ AI void tr16(__m512 r[16]) {
         r[i] = t[i];
 }
 
-/* y[i][0..nr) (+)= sum_k xp[k][i] * wp[k][0..nr) for i < mr. */
-AI void ukernel(int mr, int64_t kp, const float *xp, const float *wp, float *y, int64_t ldy, int nr,
-                bool first) {
-    __m512 acc[GEMM_MR][2];
-#pragma GCC unroll 12
-    for (int i = 0; i < mr; i++)
-        acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < kp; k++) {
-        const __m512 w0 = _mm512_load_ps(wp + GEMM_NR * k), w1 = _mm512_load_ps(wp + GEMM_NR * k + 16);
-#pragma GCC unroll 12
-        for (int i = 0; i < mr; i++) {
-            const __m512 a = _mm512_set1_ps(xp[GEMM_MR * k + i]);
-            acc[i][0] = _mm512_fmadd_ps(a, w0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(a, w1, acc[i][1]);
-        }
+/* y[i][0..nr) (+)= sum_k xp[k][i] * wp[k][0..nr) for i < mr, one STEP per
+ * (k, i, half): an FMA (ukernel) or, where each 32-bit entry of both panels
+ * is a pair of bf16 (elements 2k and 2k + 1), a vdpbf16ps that adds both
+ * products of a lane (ukernel_bf16: twice the f32 FMA's rate; AVX512-BF16
+ * is not part of the level, so its functions carry their own target). */
+#define STEP_FMA(acc, a, w) _mm512_fmadd_ps(a, w, acc)
+#define STEP_DPBF16(acc, a, w) _mm512_dpbf16_ps(acc, (__m512bh)(a), (__m512bh)(w))
+#define BF16_TARGET __attribute__((target("avx512bf16")))
+#define DEF_UKERNEL(name, target, STEP)                                                            \
+    AI target void name(int mr, int64_t kp, const float *xp, const float *wp, float *y,            \
+                        int64_t ldy, int nr, bool first) {                                         \
+        __m512 acc[GEMM_MR][2];                                                                    \
+        _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] =              \
+            _mm512_setzero_ps();                                                                   \
+        for (int64_t k = 0; k < kp; k++) {                                                         \
+            const __m512 w0 = _mm512_load_ps(wp + GEMM_NR * k);                                    \
+            const __m512 w1 = _mm512_load_ps(wp + GEMM_NR * k + 16);                               \
+            _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++) {                                \
+                const __m512 a = _mm512_set1_ps(xp[GEMM_MR * k + i]);                              \
+                acc[i][0] = STEP(acc[i][0], a, w0);                                                \
+                acc[i][1] = STEP(acc[i][1], a, w1);                                                \
+            }                                                                                      \
+        }                                                                                          \
+        ukernel_store(mr, acc, y, ldy, nr, first);                                                 \
     }
+
+AI void ukernel_store(int mr, __m512 acc[GEMM_MR][2], float *y, int64_t ldy, int nr, bool first) {
     const __mmask16 m0 = lanes16(nr);
     const __mmask16 m1 = lanes16(nr - 16);
 #pragma GCC unroll 12
@@ -392,23 +403,37 @@ AI void ukernel(int mr, int64_t kp, const float *xp, const float *wp, float *y, 
     }
 }
 
+DEF_UKERNEL(ukernel, , STEP_FMA)
+DEF_UKERNEL(ukernel_bf16, BF16_TARGET, STEP_DPBF16)
+#undef DEF_UKERNEL
+
+/* the microkernel for each row count */
+#define UKERNEL_CASES(uk)                                        \
+    switch (mr) {                                                \
+    case 1: uk(1, kp, xp, wp, y, ldy, nr, first); break;         \
+    case 2: uk(2, kp, xp, wp, y, ldy, nr, first); break;         \
+    case 3: uk(3, kp, xp, wp, y, ldy, nr, first); break;         \
+    case 4: uk(4, kp, xp, wp, y, ldy, nr, first); break;         \
+    case 5: uk(5, kp, xp, wp, y, ldy, nr, first); break;         \
+    case 6: uk(6, kp, xp, wp, y, ldy, nr, first); break;         \
+    case 7: uk(7, kp, xp, wp, y, ldy, nr, first); break;         \
+    case 8: uk(8, kp, xp, wp, y, ldy, nr, first); break;         \
+    case 9: uk(9, kp, xp, wp, y, ldy, nr, first); break;         \
+    case 10: uk(10, kp, xp, wp, y, ldy, nr, first); break;       \
+    case 11: uk(11, kp, xp, wp, y, ldy, nr, first); break;       \
+    default: uk(12, kp, xp, wp, y, ldy, nr, first); break;       \
+    }
+
 static void ukernel_mr(int mr, int64_t kp, const float *xp, const float *wp, float *y, int64_t ldy,
                        int nr, bool first) {
-    switch (mr) {
-    case 1: ukernel(1, kp, xp, wp, y, ldy, nr, first); break;
-    case 2: ukernel(2, kp, xp, wp, y, ldy, nr, first); break;
-    case 3: ukernel(3, kp, xp, wp, y, ldy, nr, first); break;
-    case 4: ukernel(4, kp, xp, wp, y, ldy, nr, first); break;
-    case 5: ukernel(5, kp, xp, wp, y, ldy, nr, first); break;
-    case 6: ukernel(6, kp, xp, wp, y, ldy, nr, first); break;
-    case 7: ukernel(7, kp, xp, wp, y, ldy, nr, first); break;
-    case 8: ukernel(8, kp, xp, wp, y, ldy, nr, first); break;
-    case 9: ukernel(9, kp, xp, wp, y, ldy, nr, first); break;
-    case 10: ukernel(10, kp, xp, wp, y, ldy, nr, first); break;
-    case 11: ukernel(11, kp, xp, wp, y, ldy, nr, first); break;
-    default: ukernel(12, kp, xp, wp, y, ldy, nr, first); break;
-    }
+    UKERNEL_CASES(ukernel)
 }
+
+BF16_TARGET static void ukernel_bf16_mr(int mr, int64_t kp, const float *xp, const float *wp,
+                                        float *y, int64_t ldy, int nr, bool first) {
+    UKERNEL_CASES(ukernel_bf16)
+}
+#undef UKERNEL_CASES
 
 /* gemm_pack_x: rows [0, mr) of x (stride ldx) -> xp [kpad(K)][GEMM_MR], zero padded. */
 static void pack_x(const float *x, int64_t ldx, int mr, int64_t K, float *xp) {
@@ -447,6 +472,125 @@ static const gemm_f32 gemm_f32_avx512 = {
 static void gemm_exact(const cpu_mm_args *a, const cpu_mat *m, int64_t r0, int64_t r1, float *y,
                        int64_t ldy, void *ts) {
     gemm_f32_run(gemm_f32_avx512, a, m, r0, r1, y, ldy, ts);
+}
+
+/* ====================================================================== */
+/* FAST with BF16 weights: bf16 pair dot products                         */
+/* ====================================================================== */
+/*
+ * x^ = bf16(x) (matmul.h). Prefill: the blocked GEMM above with panels of
+ * pairs: a 32-bit entry holds elements 2k and 2k + 1 of a row, so weight
+ * rows are packed by transposing their 32-bit words (tr16, no conversion)
+ * and the microkernel runs vdpbf16ps where it ran FMA, over half as many
+ * steps. A slice of K is BGEMM_KC elements, the same bytes of panel as the
+ * f32 GEMM's GEMM_KC (faster than slices of 256 elements: docs/journal/cpu.md).
+ * Decode of one row reads x^ as bf16 beside the weights.
+ */
+
+#define BGEMM_KC (2 * GEMM_KC)
+
+/* Mask of the first n (clamped to 0..32) 16-bit lanes. */
+AI __mmask32 lanes32(int64_t n) {
+    return (__mmask32)(n >= 32 ? 0xffffffffu : n <= 0 ? 0u : (1u << n) - 1u);
+}
+
+/* x16[i] = bf16(x[i]) by hr_f32_to_bf16's rule (nearest even, NaN kept
+ * quiet), xh[i] = x16[i] as f32: integer arithmetic, so both agree bit for
+ * bit (vcvtneps2bf16 would treat denormal inputs as zero). */
+static void round_bf16(const float *x, int64_t n, uint16_t *x16, float *xh) {
+    const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i quiet = _mm512_set1_epi32(0x40);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes16((int)(n - i < 16 ? n - i : 16));
+        const __m512i u = _mm512_maskz_loadu_epi32(m, x + i);
+        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
+        const __m512i hi = _mm512_srli_epi32(u, 16);
+        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(hi, one))), 16);
+        r = _mm512_mask_or_epi32(r, nan, hi, quiet);
+        _mm256_mask_storeu_epi16(x16 + i, m, _mm512_cvtepi32_epi16(r));
+        _mm512_mask_storeu_ps(xh + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(r, 16)));
+    }
+}
+
+/* 16 rows of 16-bit elements [k, k + 32), row stride ld (rows >= n_rows and
+ * elements >= K are zero), as 16 x 16 pairs -> dst[i][0..16) (stride
+ * dst_ld words) holds pair i of each row: one 16x16 transpose of 32-bit words. */
+AI void pack_pairs16(const uint16_t *rows, int64_t ld, int n_rows, int64_t k, int64_t K, float *dst,
+                     int64_t dst_ld, __mmask16 store) {
+    const __mmask32 m = lanes32(K - k);
+    __m512 r[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+        r[i] = i < n_rows ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, rows + i * ld + k))
+                          : _mm512_setzero_ps();
+    tr16(r);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+        _mm512_mask_storeu_ps(dst + i * dst_ld, store, r[i]);
+}
+
+static void pack_x16(const uint16_t *x16, int64_t K, int n_rows, uint32_t *dst) {
+    for (int64_t k = 0; k < cpu_mm_kpad32(K); k += 32)
+        pack_pairs16(x16, K, n_rows, k, K, (float *)(void *)dst + GEMM_MR * (k / 2), GEMM_MR,
+                     (1u << GEMM_MR) - 1);
+}
+
+BF16_TARGET static void gemm_bf16(const cpu_mm_args *a, const cpu_mat *m, int64_t r0, int64_t r1, float *y,
+                      int64_t ldy, void *ts) {
+    const int64_t K = a->K, n_rows = r1 - r0;
+    HR_ASSERT(n_rows <= GEMM_NC && a->xpack16 != NULL);
+    const uint16_t *w = (const uint16_t *)m->data + (size_t)r0 * (size_t)K;
+    float *wp = (float *)(((uintptr_t)ts + 63) & ~(uintptr_t)63);
+    const size_t xpanel = (size_t)GEMM_MR * (size_t)cpu_mm_kpad32(K) / 2;
+    const int64_t n_panels = (n_rows + GEMM_NR - 1) / GEMM_NR;
+    const int64_t panel = GEMM_NR * BGEMM_KC / 2;
+    for (int64_t kc = 0; kc < K; kc += BGEMM_KC) {
+        const int64_t kl = K - kc < BGEMM_KC ? K - kc : BGEMM_KC;
+        const int64_t kp2 = (kl + 31) / 32 * 16; /* pairs in this slice */
+        for (int64_t p = 0; p < n_panels; p++)
+            for (int h = 0; h < 2; h++) {
+                const int64_t row = GEMM_NR * p + 16 * h;
+                const int n = (int)(n_rows - row < 16 ? n_rows - row : 16);
+                for (int64_t u = 0; u < kp2; u += 16)
+                    pack_pairs16(w + row * K, K, n, kc + 2 * u, K, wp + p * panel + GEMM_NR * u + 16 * h,
+                                 GEMM_NR, 0xffff);
+            }
+        for (int64_t b = 0; b < a->B; b += GEMM_MR) {
+            const int mr = a->B - b >= GEMM_MR ? GEMM_MR : (int)(a->B - b);
+            const float *xp = (const float *)(const void *)a->xpack16 + (size_t)(b / GEMM_MR) * xpanel +
+                              (size_t)(kc / 2) * GEMM_MR;
+            for (int64_t p = 0; p < n_panels; p++) {
+                const int nr = n_rows - GEMM_NR * p >= GEMM_NR ? GEMM_NR : (int)(n_rows - GEMM_NR * p);
+                ukernel_bf16_mr(mr, kp2, xp, wp + p * panel, y + b * ldy + GEMM_NR * p, ldy, nr, kc == 0);
+            }
+        }
+    }
+}
+
+/* Decode of one row: 32 products an instruction, x^ read as bf16. */
+BF16_TARGET static void gemv_fast_bf16(const cpu_mm_args *a, const cpu_mat *m, int64_t r0, int64_t r1,
+                           float *y, int64_t ldy, void *ts) {
+    (void)ldy, (void)ts;
+    HR_ASSERT(a->B == 1 && a->x16 != NULL);
+    const int64_t K = a->K, n64 = K / 64;
+    const uint16_t *x = a->x16;
+    const uint16_t *w = (const uint16_t *)m->data + (size_t)r0 * (size_t)K;
+    for (int64_t r = r0; r < r1; r++, w += K) {
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+        for (int64_t j = 0; j < n64; j++) {
+            acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_loadu_si512(w + 64 * j),
+                                    (__m512bh)_mm512_loadu_si512(x + 64 * j));
+            acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)_mm512_loadu_si512(w + 64 * j + 32),
+                                    (__m512bh)_mm512_loadu_si512(x + 64 * j + 32));
+        }
+        for (int64_t k = 64 * n64; k < K; k += 32) {
+            const __mmask32 mk = lanes32(K - k);
+            acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_maskz_loadu_epi16(mk, w + k),
+                                    (__m512bh)_mm512_maskz_loadu_epi16(mk, x + k));
+        }
+        y[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    }
 }
 
 /* ====================================================================== */
@@ -655,7 +799,9 @@ static void gemm_fast(const cpu_mm_args *a, const cpu_mat *m, int64_t r0, int64_
 
 static size_t tscratch_bytes(int64_t max_K) {
     size_t a = gemm_f32_tscratch(gemm_f32_avx512), b = gemm_fast_tscratch(max_K);
-    return a > b ? a : b;
+    size_t c = (size_t)GEMM_NC * BGEMM_KC / 2 * 4 + 64; /* gemm_bf16's panels */
+    a = a > b ? a : b;
+    return a > c ? a : c;
 }
 
 /* FAST with F16 weights: vcvtps2ph rounds to nearest even, the reference's
@@ -725,7 +871,7 @@ const cpu_mm_isa cpu_mm_isa_avx512 = {
         },
     .gemv_fast =
         {
-            [HR_DTYPE_F16] = gemv_fast_f16,
+            [HR_DTYPE_F16] = gemv_fast_f16, [HR_DTYPE_BF16] = gemv_fast_bf16,
             [HR_DTYPE_Q8_0] = cpu_mm_avx512_gemv_fast, [HR_DTYPE_Q4_0] = cpu_mm_avx512_gemv_fast,
             [HR_DTYPE_Q4_1] = cpu_mm_avx512_gemv_fast, [HR_DTYPE_Q5_0] = cpu_mm_avx512_gemv_fast,
             [HR_DTYPE_Q5_1] = cpu_mm_avx512_gemv_fast, [HR_DTYPE_Q2_K] = cpu_mm_avx512_gemv_fast,
@@ -742,9 +888,11 @@ const cpu_mm_isa cpu_mm_isa_avx512 = {
         },
     .quantize = cpu_mm_avx512_quantize,
     .round_f16 = round_f16,
+    .round_bf16 = round_bf16,
     .gemm_exact = gemm_exact,
     .gemm_fast =
         {
+            [HR_DTYPE_BF16] = gemm_bf16,
             [HR_DTYPE_Q8_0] = gemm_fast, [HR_DTYPE_Q4_0] = gemm_fast, [HR_DTYPE_Q4_1] = gemm_fast,
             [HR_DTYPE_Q5_0] = gemm_fast, [HR_DTYPE_Q5_1] = gemm_fast, [HR_DTYPE_Q2_K] = gemm_fast,
             [HR_DTYPE_Q3_K] = gemm_fast, [HR_DTYPE_Q4_K] = gemm_fast, [HR_DTYPE_Q5_K] = gemm_fast,
@@ -760,12 +908,15 @@ const cpu_mm_isa cpu_mm_isa_avx512 = {
     /* measured crossovers (Zen 4, one thread, K=2048..5632): the 4x4 decode
      * tiles keep ~105 GFLOP/s in f32 while x stays in L2/L3, the f32 GEMM
      * pays its weight conversion per 256-column slice; integer decode tiles
-     * pay a 16-block reduction per pair, the integer GEMM does not */
+     * pay a 16-block reduction per pair, the integer GEMM does not; the
+     * bf16 GEMM passes the 4x4 f32 tiles on x^ at 10-12 rows (2 threads) */
     .gemm_min_B_exact = 256,
     .gemm_min_B_fast = 32,
+    .gemm_min_B_bf16 = 12,
     .gemm_max_rows = GEMM_NC,
     .gemm_row_align = GEMM_NR,
     .gemm_mr = GEMM_MR,
     .gemm_pack_x = pack_x,
+    .gemm_pack_x16 = pack_x16,
     .tscratch_bytes = tscratch_bytes,
 };
