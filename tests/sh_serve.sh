@@ -2,7 +2,8 @@
 # ctest-label: e2e
 # `headroom serve` from the outside, on loopback, with tools/serve_test.py
 # (the official openai client and raw HTTP) against four servers:
-#   - the embedded model, --parallel 32: completions streamed and not, stop
+#   - the embedded model, --parallel 32, --idle-timeout 2: completions streamed
+#     and not, idle and half-sent connections closed, stop
 #     strings, seeds, usage, /tokenize, greedy == `headroom run` alone and
 #     beside 31 other requests, a prompt past the context, /metrics, a client
 #     leaving mid-stream, 2 x 256 concurrent streaming clients with RSS flat,
@@ -136,8 +137,10 @@ timeout 30 "$hr" serve --host 127.0.0.1 --port "$(free_port)" --parallel 0 > /de
 check "serve --parallel 0: exit 1" [ $? -eq 1 ]
 
 # 1. the embedded model: everything but chat, auth and the queue limit
-if start_server embedded --parallel 32 --queue 512 --ctx 256 --mem 2GiB "${cpu[@]}"; then
-  serve_test embedded --ctx 256 --chat-template no "${rss[@]}"
+# (a 2 s --idle-timeout: the load waves' requests wait and stream for longer)
+if start_server embedded --parallel 32 --queue 512 --ctx 256 --mem 2GiB --idle-timeout 2 \
+  "${cpu[@]}"; then
+  serve_test embedded --ctx 256 --chat-template no --idle-timeout 2 "${rss[@]}"
   # SIGTERM with a stream in flight: the server exits 0 and the stream ends
   # (finished or cancelled, and the log says which)
   python3 - "$port" > "$tmp/inflight.txt" 2>&1 <<'PY' &

@@ -69,7 +69,7 @@ except ImportError:  # the wrapper installs it; alone, say so
     sys.exit(77)
 
 ALL_GROUPS = ["models", "completions", "stream", "stop", "seed", "usage", "tokenize", "run",
-              "run_load", "chat", "context", "metrics", "disconnect", "load", "malformed"]
+              "run_load", "chat", "context", "metrics", "disconnect", "load", "malformed", "idle"]
 EXTRA_GROUPS = ["auth", "queue"]
 
 # Shakespeare-ish prompts: the embedded model knows this register; any model can continue them
@@ -1467,6 +1467,71 @@ class Harness:
             r = self.http.request("GET", path, auth=False)
             self.info("%s without a key: HTTP %d (either way is fine)" % (path, r.status))
 
+    def g_idle(self):
+        """--idle-timeout: a connection that sends nothing, or half a request, is closed
+        after about the timeout; the other groups, run on the same server, show that
+        requests which wait or generate for longer are not."""
+        t = self.a.idle_timeout
+        if not t:
+            self.info("idle: the server's --idle-timeout not given: left out")
+            return
+        u = urllib.parse.urlsplit(self.a.base_url)
+        half = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 100\r\n\r\n{\"prompt\": ")
+        for label, data in (("a connection that sends nothing", b""),
+                            ("half a request (headers and part of the body)", half),
+                            ("half a header line", b"POST /v1/compl")):
+            s = socket.create_connection((u.hostname, u.port), timeout=t + 15)
+            t0 = time.perf_counter()
+            got, err = b"", None
+            try:
+                if data:
+                    s.sendall(data)
+                while True:  # until the server closes (a 4xx before that is fine)
+                    b = s.recv(4096)
+                    if not b:
+                        break
+                    got += b
+            except OSError as e:  # a reset is a close too; a timeout is not
+                err = e
+            finally:
+                s.close()
+            dt = time.perf_counter() - t0
+            closed = err is None or not isinstance(err, socket.timeout)
+            self.check("idle: %s is closed after about --idle-timeout %g s" % (label, t),
+                       closed and t - 0.5 <= dt <= t + 10,
+                       "after %.1f s%s%s" % (dt, ", %r" % got[:40] if got else "",
+                                             ", %s" % type(err).__name__ if err else ""))
+        # requests that wait in the queue and generate for longer than the timeout,
+        # streamed (quiet until their first token) and not (quiet until the end)
+        n = self.a.queue_burst * 20
+        results = [None] * n
+        t0 = time.perf_counter()
+
+        def worker(i):
+            p = self.comp_payload(NAMES[i % len(NAMES)] + ":", 200, stream=i % 2 == 0)
+            if i % 2 == 0:
+                res = self.http.stream("/v1/completions", p, timeout=t + 60,
+                                       deadline=time.perf_counter() + 120)
+                results[i] = (res.status == 200 and res.done, time.perf_counter() - t0)
+            else:
+                r = self.http.request("POST", "/v1/completions", p, timeout=t + 60)
+                results[i] = (r.status == 200, time.perf_counter() - t0)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(150)
+        done = sum(1 for r in results if r and r[0])
+        longest = max((r[1] for r in results if r), default=0.0)
+        self.check("idle: %d requests (half streamed) that take up to %.1f s, beyond the %g s "
+                   "timeout, all answered in full" % (n, longest, t), done == n,
+                   "%d of %d" % (done, n))
+        if longest <= t:
+            self.info("idle: the burst ended within the timeout (%.1f s): it shows nothing "
+                      "about long requests" % longest)
+
     def g_queue(self):
         n = self.a.queue_burst
         max_tokens = max(32, (self.a.ctx or 256) - 16)
@@ -1578,6 +1643,7 @@ def main():
     ap.add_argument("--checks", default=",".join(ALL_GROUPS), help="groups to run, comma-separated")
     ap.add_argument("--skip", default="", help="groups to leave out")
     ap.add_argument("--api-key", default=None, help="the server's --api-key")
+    ap.add_argument("--idle-timeout", type=float, default=0, help="the server's --idle-timeout")
     ap.add_argument("--timeout", type=float, default=30, help="seconds for one request (default 30)")
     ap.add_argument("--deadline", type=float, default=300,
                     help="seconds for the whole run, then fail (default 300)")

@@ -24,13 +24,14 @@
 enum {
     SERVE_PARALLEL = 4,              /* sequences by default: a few users at once */
     SERVE_QUEUE = 256,               /* requests waiting by default, beyond those running */
+    SERVE_IDLE_TIMEOUT = 60,         /* seconds a connection may idle (nginx's keep-alive: 75) */
     SERVE_MAX_BODY = 4 * 1024 * 1024 /* request bodies: a long prompt, JSON-escaped */
 };
 
 static void help(FILE *f) {
     fprintf(f,
             "usage: headroom serve [-m PATH] [--host ADDR] [--port N] [--parallel N]\n"
-            "                      [--queue N] [--api-key KEY] [options]\n\n"
+            "                      [--queue N] [--api-key KEY] [--idle-timeout S] [options]\n\n"
             "Serves the model over HTTP with the OpenAI API: POST /v1/chat/completions\n"
             "(the model's chat template), POST /v1/completions, GET /v1/models, GET /health,\n"
             "GET /metrics (Prometheus), POST /tokenize and /detokenize. Requests are\n"
@@ -41,12 +42,15 @@ static void help(FILE *f) {
             "                     running (default %d); more get 429 with Retry-After\n"
             "  --api-key KEY      requests must send 'Authorization: Bearer KEY' (all\n"
             "                     routes but /health)\n"
+            "  --idle-timeout S   close a connection that sends or receives nothing for\n"
+            "                     S seconds, a half-sent request included; never while\n"
+            "                     its answer is generated (default %d; 0: never)\n"
             "Per request, as OpenAI: temperature 1, top_p 1, no top_k or min_p unless\n"
             "given; max_tokens until the context is full (chat) or 16 (completions);\n"
             "seed random unless given. Not supported (400): n > 1, logprobs, nonzero\n"
             "presence/frequency penalties (repetition_penalty is), tools, logit_bias.\n"
             "SIGTERM or SIGINT: stop accepting, cancel running and queued requests, exit.\n",
-            SERVE_QUEUE);
+            SERVE_QUEUE, SERVE_IDLE_TIMEOUT);
     cli_engine_help(f, CLI_SERVE);
 }
 
@@ -81,7 +85,7 @@ int cmd_serve(int argc, char **argv) {
     cli_engine_opts_init(&o, CLI_SERVE);
     o.ep.n_seq_max = SERVE_PARALLEL;
     const char *host = "127.0.0.1", *api_key = NULL;
-    int64_t port = 8080, queue = SERVE_QUEUE;
+    int64_t port = 8080, queue = SERVE_QUEUE, idle_timeout = SERVE_IDLE_TIMEOUT;
     for (int i = 1; i < argc; i++) {
         int r = cli_engine_option(argc, argv, &i, &o);
         if (r < 0)
@@ -100,6 +104,9 @@ int cmd_serve(int argc, char **argv) {
                 return 1;
         } else if (strcmp(a, "--queue") == 0) {
             if (!cli_int(argc, argv, &i, 0, 1 << 20, &queue))
+                return 1;
+        } else if (strcmp(a, "--idle-timeout") == 0) {
+            if (!cli_int(argc, argv, &i, 0, 86400, &idle_timeout))
                 return 1;
         } else if (strcmp(a, "--api-key") == 0) {
             if (!cli_value(argc, argv, &i, &api_key))
@@ -162,7 +169,8 @@ int cmd_serve(int argc, char **argv) {
                              .n_ctx = hr_engine_n_ctx(e),
                              .parallel = pl.n_seq_max,
                              .queue_max = (int32_t)queue,
-                             .max_body_bytes = SERVE_MAX_BODY};
+                             .max_body_bytes = SERVE_MAX_BODY,
+                             .idle_timeout_s = (unsigned)idle_timeout};
     if (pipe(sig_pipe) != 0) {
         cli_error("serve: pipe: %s", strerror(errno));
         goto done;

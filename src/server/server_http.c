@@ -63,6 +63,7 @@ struct server_http {
     int port;
     int32_t n_ctx, n_vocab;
     size_t max_body;
+    unsigned idle_timeout_s; /* 0: connections may idle for ever */
     long created;            /* when the server started (unix seconds) */
     int listen_fd;
     struct MHD_Daemon *d;
@@ -107,8 +108,19 @@ static void count_code(server_http *h, unsigned code) {
     atomic_fetch_add(&h->http_codes[k], 1);
 }
 
+/* A connection idle for idle_timeout_s is closed (MHD_OPTION_CONNECTION_TIMEOUT:
+ * a client that sends half a request, or keeps a connection open unused,
+ * holds one of the limited connection threads). While its request is being
+ * generated a connection is quiet by design: the timeout is lifted then, and
+ * set again when the answer starts (from zero, MHD restarts its timer). */
+static void idle_timeout(server_http *h, struct MHD_Connection *c, bool on) {
+    if (h->idle_timeout_s > 0)
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, on ? h->idle_timeout_s : 0u);
+}
+
 static enum MHD_Result send_text(server_http *h, struct MHD_Connection *c, unsigned code,
                                  const char *type, server_buf *b) {
+    idle_timeout(h, c, true);
     if (b->failed) {
         server_buf_free(b);
         static const char oom[] = "{\"error\": {\"message\": \"the server ran out of memory\", "
@@ -354,8 +366,10 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
             ss->out_pos += n;
             return (ssize_t)n;
         }
-        if (ss->ended)
+        if (ss->ended) {
+            idle_timeout(ss->h, ss->c, true); /* a keep-alive connection idles from here */
             return MHD_CONTENT_READER_END_OF_STREAM;
+        }
         ss->out.len = 0;
         ss->out_pos = 0;
         ss->text.len = 0;
@@ -468,6 +482,7 @@ static enum MHD_Result completions(server_http *h, struct MHD_Connection *c, con
                     s == HR_ERR_NO_FIT ? "queue_full" : NULL, "%s", err.msg);
         goto refuse;
     }
+    idle_timeout(h, c, false); /* until the answer starts */
     server_reply_head rh = {.kind = kind, .created = (long)time(NULL), .model = h->model_id};
     snprintf(rh.id, sizeof rh.id, "%s%016llx%08llx", kind == SERVER_CHAT ? "chatcmpl-" : "cmpl-",
              (unsigned long long)next_random(h),
@@ -886,6 +901,7 @@ hr_status server_http_start(const hr_model *m, server_engine *eng, const server_
     h->n_ctx = p->n_ctx;
     h->n_vocab = hr_tokenizer_n_vocab(tok);
     h->max_body = p->max_body_bytes;
+    h->idle_timeout_s = p->idle_timeout_s;
     h->created = (long)time(NULL);
     atomic_init(&h->stopping, false);
     atomic_init(&h->in_flight, 0);
@@ -934,7 +950,8 @@ hr_status server_http_start(const hr_model *m, server_engine *eng, const server_
     unsigned limit = (unsigned)(2 * (p->parallel + p->queue_max) + 64);
     h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET,
                             h->listen_fd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-                            MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_CONNECTION_TIMEOUT,
+                            h->idle_timeout_s, MHD_OPTION_END);
     if (!h->d) {
         s = hr_err_set(err, HR_ERR_IO, "serve: libmicrohttpd would not start on %s:%d",
                        p->host, h->port);

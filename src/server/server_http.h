@@ -28,6 +28,8 @@ typedef struct {
     int32_t n_ctx;          /* tokens per sequence */
     int32_t parallel, queue_max;
     size_t max_body_bytes;  /* larger request bodies get 413 */
+    unsigned idle_timeout_s; /* a connection quiet this long is closed (not while its
+                                request is generated); 0: never */
 } server_http_params;
 
 /* Listens and serves until server_http_stop. m (its tokenizer and chat
