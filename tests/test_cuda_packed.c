@@ -3,8 +3,9 @@
 /*
  * test_cuda_packed.c — the CUDA backend's packed weights (backend/packed.h)
  * through the ops table, for every packed type, at odd shapes: matmul with
- * few rows (the packed GEMV: activations rounded to 8 bits as the CPU's
- * FAST mode does, backend/cpu/matmul.h), with many rows (a chunk of rows
+ * up to 8 rows (the packed GEMV: activations rounded to 8 bits as the CPU's
+ * FAST mode does, backend/cpu/matmul.h), with 9 to 64 (tensor cores on
+ * weights decoded to bf16 in registers) and with more (a chunk of rows
  * expanded to bf16 for cuBLASLt), a weight of mixed parts (Q4_K, Q4_K,
  * Q6_K, as a Q4_K_M file's q, k, v) with a bias, and the embedding lookup
  * from a packed table. The references are computed here in double from the
@@ -14,8 +15,8 @@
  *   - GEMV: the same products as the reference (exact integer block sums,
  *     f32 scales): only summation order differs, 1e-5 of the sum of |terms|;
  *     bf16 outputs one rounding more (2^-8 relative);
- *   - GEMM: the weights rounded to bf16 (the scratch) in the reference too,
- *     f32 accumulation in cuBLASLt: 1e-4 of the sum of |terms|;
+ *   - more rows: the weights rounded to bf16 in the reference too, f32
+ *     accumulation (tensor cores, cuBLASLt): 1e-4 of the sum of |terms|;
  *   - embed: bit for bit.
  * Then a whole model: SmolLM2-135M-Instruct's Q4_1 file on the GPU (packed,
  * and expanded to bf16) against the same file on the CPU: perplexity over a
@@ -107,7 +108,7 @@ static void check_matmul(gpu *g, const be_weight *w, const float *wdq, const flo
           *y = malloc((size_t)(n * N) * sizeof *y), *y16 = malloc((size_t)(n * N) * sizeof *y16);
     for (int64_t i = 0; i < n * K; i++)
         x[i] = round_bf16(frand() * 2.0f); /* what the narrow x holds exactly */
-    const bool gemv = n <= 64;
+    const bool gemv = n <= 8; /* the packed GEMV (8-bit x); above, W rounded to 16 bits */
     bool ok = begin(g, n, &err) && g->b->ops->write_tensor(g->b, &g->x, n, x, &err) == HR_OK;
     if (ok) {
         g->b->ops->matmul(g->b, &g->y, &g->x, w, n);

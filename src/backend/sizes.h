@@ -79,12 +79,14 @@ uint64_t sizes_workspace(sizes_device d, const be_params *p, const hr_model_info
 /* ---- cuda specifics shared with the backend */
 
 /* Packed weights: a step of at most SIZES_CUDA_PACKED_GEMV_ROWS rows reads
- * them with the packed GEMV (8 rows a launch), on the activations quantized
- * to 8 bits (sizes_cuda_xq_bytes: codes, then the f32 scales, then the f32
- * scaled code sums, each section 256-byte aligned); a longer step expands a
- * chunk of rows at a time into a 16-bit scratch of SIZES_CUDA_DEQUANT_SCRATCH
- * bytes for cuBLASLt. */
-#define SIZES_CUDA_PACKED_GEMV_ROWS 64
+ * them with the packed GEMV, on the activations quantized to 8 bits
+ * (sizes_cuda_xq_bytes: codes, then the f32 scales, then the f32 scaled code
+ * sums, each section 256-byte aligned); up to SIZES_CUDA_PACKED_MMA_ROWS
+ * rows with the tensor-core kernel on the 16-bit activations (no workspace);
+ * a longer step expands a chunk of rows at a time into a 16-bit scratch of
+ * SIZES_CUDA_DEQUANT_SCRATCH bytes for cuBLASLt. */
+#define SIZES_CUDA_PACKED_GEMV_ROWS 8
+#define SIZES_CUDA_PACKED_MMA_ROWS 64
 #define SIZES_CUDA_DEQUANT_SCRATCH ((uint64_t)64 << 20)
 uint64_t sizes_cuda_xq_bytes(int64_t rows, int64_t K);
 

@@ -29,6 +29,8 @@ static void env_read(void) {
     env.cuda_wgmma_off = is_zero(text("HEADROOM_CUDA_WGMMA"));
     const char *fb = text("HEADROOM_CUDA_ARCH_FALLBACK");
     env.cuda_arch_fallback = fb ? atoi(fb) : 0;
+    const char *mma = text("HEADROOM_CUDA_PACKED_MMA_ROWS");
+    env.cuda_packed_mma_rows = mma ? atoi(mma) : -1;
 }
 
 const hr_env *hr_env_get(void) {

@@ -49,6 +49,9 @@ typedef struct {
     bool cuda_wgmma_off;        /* HEADROOM_CUDA_WGMMA=0: prefill attention on mma.sync */
     int32_t cuda_arch_fallback; /* HEADROOM_CUDA_ARCH_FALLBACK=1|80|86|89: the generic
                                    path (with that card's shared memory); 0: unset */
+    int32_t cuda_packed_mma_rows; /* HEADROOM_CUDA_PACKED_MMA_ROWS=N: packed-weight steps of
+                                     up to N rows (8..64) on the tensor-core kernel, longer
+                                     ones on the 16-bit scratch (8: none); unset: -1 */
 } hr_env;
 
 /* The environment as it was at the first call (thread-safe); strings are

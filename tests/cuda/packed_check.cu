@@ -1,12 +1,12 @@
 /*
  * packed_check.cu — device check and timing of the kernels on packed
- * quantized weights (kernels_packed.h: gemv_packed.cu, dequant_packed.cu)
- * against host references. A standalone program: it #includes the two .cu
- * files (one translation unit, never a copy) so it can also time GEMV
- * configurations that the launcher does not pick; quant/, packed.c and
- * the rest come from the library.
+ * quantized weights (kernels_packed.h: gemv_packed.cu, dequant_packed.cu,
+ * gemm_packed.cu) against host references. A standalone program: it
+ * #includes the three .cu files (one translation unit, never a copy) so it
+ * can also time GEMV and tensor-core configurations that the launchers do
+ * not pick; quant/, packed.c and the rest come from the library.
  *
- *   packed_check [--small] [--no-timing] [--host]
+ *   packed_check [--small] [--no-timing] [--mma-timing] [--host]
  *
  * --small skips the 32000-row matrices; --no-timing skips the benchmarks;
  * --host runs no device code: it replays the GEMV's per-chunk arithmetic
@@ -39,6 +39,14 @@
  *            sum_b |x^| (the min terms cancel against the code terms) +
  *            |bias|. The check allows 1e-5 A (8x margin), plus half an ulp
  *            of ck (2^-8 bf16, 2^-11 f16 relative) for a ck y.
+ *   mma      ck_gemm_packed, n = 9, 16, 17, 40, 64 and 70 (two launches),
+ *            16-byte aligned and misaligned x, y f32 and ck, with and
+ *            without bias, against a double sum over the reference W
+ *            rounded to ck times x. Tolerance 1e-4 A (A = sum |W x| +
+ *            |bias|: the tensor cores' f32 sums, K / 256 chunk partials a
+ *            warp, 8 warps added in order), plus half an ulp of a ck y.
+ *   An f16 y whose true value lies past f16's range must be the infinity
+ *   of its sign (random planes reach such sums).
  *
  * Timing (H200: nominal 4.5 TB/s read; the measured streaming read is
  * printed beside it): GB/s = packed bytes of W / time, W rotating through
@@ -49,6 +57,7 @@
  * tail).
  */
 #include "backend/cuda/dequant_packed.cu"
+#include "backend/cuda/gemm_packed.cu"
 #include "backend/cuda/gemv_packed.cu"
 
 #include <algorithm>
@@ -77,7 +86,7 @@ extern "C" {
     } while (0)
 
 static int g_pass, g_fail;
-static bool g_small, g_timing = true, g_host;
+static bool g_small, g_timing = true, g_host, g_mma_only;
 
 static void check(bool ok, const char *fmt, ...) {
     va_list ap;
@@ -661,7 +670,12 @@ static void check_gemv(const HostPacked &h, const DevPacked &dw, ck_dtype dt, co
                         double tol = 1e-5 * a + 1e-30;
                         if (y_ck)
                             tol += (dt == CK_BF16 ? 0x1.0p-8 : 0x1.0p-11) * (fabs(s) + tol);
-                        const double e = std::isfinite(got) ? fabs(got - s) / tol : INFINITY;
+                        double e = std::isfinite(got) ? fabs(got - s) / tol : INFINITY;
+                        /* random planes reach sums past f16's range: an f16 y rounds
+                         * them to the infinity of their sign (from 65520 up) */
+                        if (y_ck && dt == CK_F16 && std::isinf(got) && (got > 0) == (s > 0) &&
+                            fabs(s) + tol >= 65520.0)
+                            e = 0.0;
                         compared++;
                         if (e > worst) {
                             worst = e;
@@ -690,6 +704,116 @@ static void check_gemv(const HostPacked &h, const DevPacked &dw, ck_dtype dt, co
           "over, %lld padding/guard written%s%s %s",
           tag, dt_name(dt), (long long)compared, worst, worst_at, (long long)n_fail,
           (long long)pad_bad, xq_ok ? "" : "; xq differs: ", xq_why, first_fail);
+}
+
+/* y = ck_gemm_packed (x in ck as it is) for several n */
+static void check_mma(const HostPacked &h, const DevPacked &dw, ck_dtype dt, const char *tag,
+                      Rng &g) {
+    const int64_t N = h.N, K = h.K;
+    std::vector<float> bias((size_t)N);
+    for (auto &b : bias)
+        b = (float)g.normal();
+    float *d_bias;
+    CK(cudaMalloc(&d_bias, (size_t)N * 4));
+    CK(cudaMemcpy(d_bias, bias.data(), (size_t)N * 4, cudaMemcpyHostToDevice));
+    std::vector<float> wck((size_t)(N * K)); /* W as the kernel multiplies it */
+    for (size_t i = 0; i < wck.size(); i++)
+        wck[i] = from_ck(to_ck(h.deq[i], dt), dt);
+    double worst = 0.0;
+    char worst_at[160] = "", first_fail[256] = "";
+    int64_t n_fail = 0, pad_bad = 0, compared = 0;
+    const int ns[] = {9, 16, 17, 40, 64, 70};
+    for (int n : ns)
+        for (int mis = 0; mis < 2; mis++) {
+            if (mis && n != 17 && n != 70)
+                continue;
+            const int64_t ldx = mis ? K + 1 : K + 8, off = mis ? 1 : 0;
+            const std::vector<uint16_t> x = make_x(n, (int)K, ldx, off, dt, g);
+            uint16_t *d_x;
+            CK(cudaMalloc(&d_x, x.size() * 2));
+            CK(cudaMemcpy(d_x, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+            const std::vector<int64_t> rows = check_rows(N, N * K * n, g);
+            std::vector<double> ref(rows.size() * n), A(rows.size() * n);
+            for (size_t i = 0; i < rows.size(); i++)
+                for (int q = 0; q < n; q++) {
+                    double sum = 0.0, mag = 0.0;
+                    const float *wr = &wck[(size_t)(rows[i] * K)];
+                    const uint16_t *xr = &x[(size_t)(off + q * ldx)];
+                    for (int64_t k = 0; k < K; k++) {
+                        const double t = (double)wr[k] * from_ck(xr[k], dt);
+                        sum += t;
+                        mag += fabs(t);
+                    }
+                    ref[i * n + q] = sum;
+                    A[i * n + q] = mag;
+                }
+            for (int y_ck = 0; y_ck < 2; y_ck++)
+                for (int with_bias = 0; with_bias < 2; with_bias++) {
+                    const int64_t ldy = N + 3, guard = 64;
+                    const size_t elem = y_ck ? 2 : 4, bytes = (size_t)(n * ldy + guard) * elem;
+                    void *d_y;
+                    CK(cudaMalloc(&d_y, bytes));
+                    CK(cudaMemset(d_y, 0xAB, bytes));
+                    ck_gemm_packed(0, d_y, y_ck != 0, ldy, d_x + off, ldx, &dw.m,
+                                   with_bias ? d_bias : nullptr, dt, n);
+                    CK(cudaGetLastError());
+                    std::vector<uint8_t> y(bytes);
+                    CK(cudaMemcpy(y.data(), d_y, bytes, cudaMemcpyDeviceToHost));
+                    CK(cudaFree(d_y));
+                    auto at = [&](int64_t i) -> double {
+                        if (y_ck) {
+                            uint16_t v;
+                            memcpy(&v, &y[(size_t)i * 2], 2);
+                            return from_ck(v, dt);
+                        }
+                        float v;
+                        memcpy(&v, &y[(size_t)i * 4], 4);
+                        return v;
+                    };
+                    for (size_t i = 0; i < rows.size(); i++)
+                        for (int q = 0; q < n; q++) {
+                            const int64_t r = rows[i];
+                            double s = ref[i * n + q], a = A[i * n + q];
+                            if (with_bias) {
+                                s += bias[(size_t)r];
+                                a += fabs((double)bias[(size_t)r]);
+                            }
+                            const double got = at(q * ldy + r);
+                            double tol = 1e-4 * a + 1e-30;
+                            if (y_ck)
+                                tol += (dt == CK_BF16 ? 0x1.0p-8 : 0x1.0p-11) * (fabs(s) + tol);
+                            double e = std::isfinite(got) ? fabs(got - s) / tol : INFINITY;
+                            if (y_ck && dt == CK_F16 && std::isinf(got) && (got > 0) == (s > 0) &&
+                                fabs(s) + tol >= 65520.0)
+                                e = 0.0;
+                            compared++;
+                            if (e > worst) {
+                                worst = e;
+                                snprintf(worst_at, sizeof worst_at, "n=%d%s y=%s%s row %lld col %d",
+                                         n, mis ? " misaligned" : "", y_ck ? "ck" : "f32",
+                                         with_bias ? " bias" : "", (long long)r, q);
+                            }
+                            if (!(e <= 1.0) && n_fail++ == 0)
+                                snprintf(first_fail, sizeof first_fail,
+                                         " first: %s: got %.9g want %.9g (tol %.3g)", worst_at,
+                                         got, s, tol);
+                        }
+                    for (int64_t i = 0; i < n * ldy + guard; i++) {
+                        const bool inside = i < n * ldy && i % ldy < N;
+                        bool sentinel = true;
+                        for (size_t b = 0; b < elem; b++)
+                            sentinel = sentinel && y[(size_t)i * elem + b] == 0xAB;
+                        pad_bad += !inside && !sentinel;
+                    }
+                }
+            CK(cudaFree(d_x));
+        }
+    CK(cudaFree(d_bias));
+    check(n_fail == 0 && pad_bad == 0,
+          "mma %s %s n=9,16,17,40,64,70 y f32/ck, bias/none: %lld outputs, worst err/tol %.3f "
+          "(%s), %lld over, %lld padding/guard written%s",
+          tag, dt_name(dt), (long long)compared, worst, worst_at, (long long)n_fail,
+          (long long)pad_bad, first_fail);
 }
 
 /* ---------------------------------------------------------------- host replay (--host) */
@@ -817,6 +941,9 @@ static void device_checks() {
             check_embed(h, dw, tag, g);
             for (ck_dtype dt : {CK_BF16, CK_F16})
                 check_gemv(h, dw, dt, tag, g);
+            for (ck_dtype dt : {CK_BF16, CK_F16})
+                if (sh.N * sh.K <= 300 * 4096) /* the float64 reference costs n N K */
+                    check_mma(h, dw, dt, tag, g);
             dev_free(dw);
         }
     }
@@ -994,6 +1121,87 @@ static void gemv_timing() {
         }
 }
 
+/* batched decode: the tensor-core kernel at n = 16, 32 and 64 in several
+ * configurations (MT m16 tiles x NT n8 tiles a block, WK warps splitting K;
+ * "2x32": two launches of 32 rows) beside the GEMV's ceil(n / 8) launches;
+ * back-to-back us (GB/s of packed W) */
+template <int TY, int MT, int NT, int WK>
+static void mm_cfg(cudaStream_t s, void *y, const void *x, int64_t K, const packed_matrix &W,
+                   int n) {
+    mm_launch<TY, __nv_bfloat16, MT, NT, WK>(s, y, false, W.N, (const __nv_bfloat16 *)x, K, true,
+                                             pk_planes(&W), nullptr, n);
+}
+typedef void (*MmFn)(cudaStream_t, void *, const void *, int64_t, const packed_matrix &, int);
+struct MmCfg {
+    const char *name;
+    MmFn fn;
+    int max_n; /* rows one launch takes */
+};
+template <int TY> static std::vector<MmCfg> mm_configs(int n) {
+    if (n <= 16)
+        return {{"1x4x8*", mm_cfg<TY, 1, 4, 8>, 16}, {"1x2x8", mm_cfg<TY, 1, 2, 8>, 16},
+                {"1x4x4", mm_cfg<TY, 1, 4, 4>, 16},  {"1x2x4", mm_cfg<TY, 1, 2, 4>, 16},
+                {"1x1x8", mm_cfg<TY, 1, 1, 8>, 16}};
+    if (n <= 32)
+        return {{"2x4x8*", mm_cfg<TY, 2, 4, 8>, 32}, {"2x2x8", mm_cfg<TY, 2, 2, 8>, 32},
+                {"2x4x4", mm_cfg<TY, 2, 4, 4>, 32},  {"2x2x4", mm_cfg<TY, 2, 2, 4>, 32},
+                {"2x1x8", mm_cfg<TY, 2, 1, 8>, 32}};
+    return {{"4x4x8*", mm_cfg<TY, 4, 4, 8>, 64}, {"4x2x8", mm_cfg<TY, 4, 2, 8>, 64},
+            {"4x4x4", mm_cfg<TY, 4, 4, 4>, 64},  {"4x2x4", mm_cfg<TY, 4, 2, 4>, 64},
+            {"4x1x8", mm_cfg<TY, 4, 1, 8>, 64},  {"2x32", mm_cfg<TY, 2, 4, 8>, 32}};
+}
+
+static void mma_timing() {
+    printf("\nck_gemm_packed (tensor cores, bf16) by configuration MTxNTxWK (* = production) "
+           "against ck_gemv_packed's n / 8 launches: back-to-back us (GB/s of packed W)\n");
+    for (const TypeInfo &ti : kTypes) {
+        if (ti.t != PACKED_Q8_0 && ti.t != PACKED_Q4_0 && ti.t != PACKED_Q4_K &&
+            ti.t != PACKED_Q6_K)
+            continue;
+        for (const Shape7b &sh : kShapes7b) {
+            std::vector<DevPacked> ring = weight_ring(ti.t, sh.N, sh.K);
+            float *d_y;
+            CK(cudaMalloc(&d_y, (size_t)64 * sh.N * 4));
+            const double mb = (double)ring[0].bytes;
+            for (int n : {16, 32, 64}) {
+                Rng g{5};
+                const std::vector<uint16_t> x = make_x(n, (int)sh.K, sh.K, 0, CK_BF16, g);
+                uint16_t *d_x;
+                CK(cudaMalloc(&d_x, x.size() * 2));
+                CK(cudaMemcpy(d_x, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+                void *d_xq = make_dev_xq(n, (int)sh.K);
+                printf("  %-5s %-8s %5lldx%-5lld n=%2d", packed_type_name(ti.t), sh.what,
+                       (long long)sh.N, (long long)sh.K, n);
+                std::vector<MmCfg> cfgs;
+                PK_DISPATCH(ti.t, cfgs = mm_configs<TY>(n));
+                for (const MmCfg &c : cfgs) {
+                    double t1, t2;
+                    time_launches(
+                        [&](cudaStream_t s, const packed_matrix &W) {
+                            for (int r0 = 0; r0 < n; r0 += c.max_n)
+                                c.fn(s, d_y, d_x + (size_t)r0 * sh.K, sh.K, W,
+                                     n - r0 < c.max_n ? n - r0 : c.max_n);
+                        },
+                        ring, t1, t2);
+                    printf("  %s %6.1f (%4.0f)", c.name, t2, mb / t2 / 1e3);
+                }
+                double t1, tg;
+                time_launches(
+                    [&](cudaStream_t s, const packed_matrix &W) {
+                        ck_gemv_packed(s, d_y, false, sh.N, d_xq, &W, nullptr, CK_BF16, n);
+                    },
+                    ring, t1, tg);
+                printf("  gemv %6.1f (%4.0f)\n", tg, mb / tg / 1e3);
+                fflush(stdout);
+                CK(cudaFree(d_xq));
+                CK(cudaFree(d_x));
+            }
+            CK(cudaFree(d_y));
+            free_ring(ring);
+        }
+    }
+}
+
 /* n = 1 configurations (rows a warp, chunks a row in flight) beside the
  * production one, to retune GvCfg */
 template <int TY, int RPW, int U> static void launch_cfg1(cudaStream_t s, const GvArgs &a, int) {
@@ -1116,10 +1324,12 @@ int main(int argc, char **argv) {
             g_small = true;
         else if (!strcmp(argv[i], "--no-timing"))
             g_timing = false;
+        else if (!strcmp(argv[i], "--mma-timing"))
+            g_mma_only = true;
         else if (!strcmp(argv[i], "--host"))
             g_host = true;
         else {
-            fprintf(stderr, "usage: %s [--small] [--no-timing] [--host]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--small] [--no-timing] [--mma-timing] [--host]\n", argv[0]);
             return 2;
         }
     }
@@ -1137,12 +1347,17 @@ int main(int argc, char **argv) {
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs; programmatic dependent launch %s\n", prop.name,
            prop.multiProcessorCount, ck_pdl_on() ? "on" : "off");
+    if (g_mma_only) { /* the batched-decode table alone */
+        mma_timing();
+        return 0;
+    }
     check_quantize();
     device_checks();
     if (g_timing) {
         measure_read();
         quantize_timing();
         gemv_timing();
+        mma_timing();
         config_timing();
         dequant_timing();
     }

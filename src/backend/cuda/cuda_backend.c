@@ -143,6 +143,13 @@ hr_status backend_cuda_create(const hr_model_info *info, const be_params *p, hr_
     /* every split (-1) measures what fewer splits gain */
     const int32_t fill = p->tuning.dec_fill;
     c->dec_fill = fill == 0 ? DEC_FILL_BLOCKS : fill < 0 ? 0 : fill;
+    /* HEADROOM_CUDA_PACKED_MMA_ROWS moves the tensor-core kernel's upper end
+     * (to measure it against the scratch path) */
+    const int32_t mma = hr_env_get()->cuda_packed_mma_rows;
+    c->packed_mma_rows = mma < 0                            ? SIZES_CUDA_PACKED_MMA_ROWS
+                         : mma < SIZES_CUDA_PACKED_GEMV_ROWS ? SIZES_CUDA_PACKED_GEMV_ROWS
+                         : mma > SIZES_CUDA_PACKED_MMA_ROWS  ? SIZES_CUDA_PACKED_MMA_ROWS
+                                                             : mma;
     if (p->arena_bytes > 0) {
         e = cudaMalloc((void **)&c->arena, p->arena_bytes);
         if (e != cudaSuccess) {

@@ -76,6 +76,7 @@ typedef struct {
     /* packed weights (n_packed of them): the activations quantized for the
      * packed GEMV, and the 16-bit scratch a longer step expands them into */
     int n_packed;
+    int packed_mma_rows; /* steps of 9 to this many rows: the tensor-core kernel */
     int64_t max_k; /* the widest weight's K (the quantized activations' width) */
     void *xq;
     void *dequant;

@@ -90,14 +90,18 @@ void cuda_add_rmsnorm(hr_backend *b, be_tensor *x, const be_tensor *dx, be_tenso
 }
 
 /* y = x . W^T on a packed weight: steps of up to SIZES_CUDA_PACKED_GEMV_ROWS
- * rows through the packed GEMV, 8 rows a launch (each launch reads the
- * packed matrix once: at 4 bits, 8 reads cost what one 16-bit read does);
- * longer steps expand chunks of rows into the 16-bit scratch for cuBLASLt. */
+ * rows through the packed GEMV (dp4a on 8-bit activations, W read once);
+ * up to c->packed_mma_rows rows through the tensor-core kernel that
+ * decodes W into its fragments (W read once, x as it is); longer steps
+ * expand chunks of rows into the 16-bit scratch for cuBLASLt. */
 static void matmul_packed(cuda_backend *c, be_tensor *y, const be_tensor *x, const be_weight *w,
                           int64_t n) {
     const size_t y_elem = y->narrow ? 2 : 4;
-    cuda_mark(c, n <= SIZES_CUDA_PACKED_GEMV_ROWS ? "gemv_packed" : "gemm_packed", w->n_rows,
-              w->k);
+    cuda_mark(c,
+              n <= SIZES_CUDA_PACKED_GEMV_ROWS ? "gemv_packed"
+              : n <= c->packed_mma_rows        ? "mma_packed"
+                                               : "gemm_packed",
+              w->n_rows, w->k);
     if (!c->xq || !c->dequant) {
         c->step_status = hr_err_set(&c->step_err, HR_ERR_INVALID,
                                     "cuda: a packed weight without the planned workspace");
@@ -108,6 +112,13 @@ static void matmul_packed(cuda_backend *c, be_tensor *y, const be_tensor *x, con
         for (int i = 0; i < w->n_runs; i++)
             ck_gemv_packed(c->stream, (uint8_t *)y->data + (size_t)w->run_row0[i] * y_elem,
                            y->narrow, y->ld, c->xq, &w->run[i],
+                           w->bias ? w->bias + w->run_row0[i] : NULL, c->dt, (int)n);
+        return;
+    }
+    if (n <= c->packed_mma_rows) {
+        for (int i = 0; i < w->n_runs; i++)
+            ck_gemm_packed(c->stream, (uint8_t *)y->data + (size_t)w->run_row0[i] * y_elem,
+                           y->narrow, y->ld, x->data, x->ld, &w->run[i],
                            w->bias ? w->bias + w->run_row0[i] : NULL, c->dt, (int)n);
         return;
     }

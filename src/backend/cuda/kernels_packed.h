@@ -59,6 +59,19 @@ void ck_quantize_x(cudaStream_t s, void *xq, const void *x, int64_t ldx, ck_dtyp
 void ck_gemv_packed(cudaStream_t s, void *y, bool y_ck, int64_t ldy, const void *xq,
                     const packed_matrix *W, const float *bias, ck_dtype dt, int n);
 
+/* ---- tensor-core product on packed weights (gemm_packed.cu)
+ *
+ * y (n, N) = x (n, K) . W^T (+ bias) with x in ck (dt, row stride ldx
+ * elements) as it is and each element of W decoded as quant/ does, rounded
+ * once to dt: ck_dequant_packed + a GEMM's result up to f32 summation order,
+ * deterministic. y f32, or ck when y_ck; row stride ldy >= N; bias NULL or
+ * (N) f32. Each launch covers up to CK_GEMM_PACKED_MAX_ROWS rows and reads
+ * W once (larger n: one launch per 64 rows). Any alignment of x works
+ * (16-byte loads when x is 16-byte aligned and ldx % 8 == 0). */
+#define CK_GEMM_PACKED_MAX_ROWS 64
+void ck_gemm_packed(cudaStream_t s, void *y, bool y_ck, int64_t ldy, const void *x, int64_t ldx,
+                    const packed_matrix *W, const float *bias, ck_dtype dt, int n);
+
 /* ---- dequantization (dequant_packed.cu)
  *
  * dst row i (ck, row stride ld >= K elements) = W row r0 + i, for
