@@ -104,6 +104,8 @@ typedef enum {
     HR_DTYPE_I16,
     HR_DTYPE_I32,
     HR_DTYPE_F64,
+    HR_DTYPE_NF4, /* bitsandbytes' 4-bit NormalFloat, blocks of 64 (no GGUF id) */
+    HR_DTYPE_FP4, /* bitsandbytes' 4-bit float, blocks of 64 (no GGUF id) */
     HR_DTYPE_COUNT
 } hr_dtype;
 

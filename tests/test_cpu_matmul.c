@@ -60,7 +60,7 @@
 static const hr_dtype all_dtypes[] = {
     HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0, HR_DTYPE_Q4_0,
     HR_DTYPE_Q4_1, HR_DTYPE_Q5_0, HR_DTYPE_Q5_1, HR_DTYPE_Q2_K, HR_DTYPE_Q3_K,
-    HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K,
+    HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_NF4,  HR_DTYPE_FP4,
 };
 #define N_DTYPES ((int)(sizeof(all_dtypes) / sizeof(all_dtypes[0])))
 
@@ -95,6 +95,8 @@ static void fix_block_scales(hr_dtype t, uint8_t *blk) {
     case HR_DTYPE_Q8_0:
     case HR_DTYPE_Q4_0:
     case HR_DTYPE_Q5_0:
+    case HR_DTYPE_NF4:
+    case HR_DTYPE_FP4:
         off[0] = 0;
         break;
     case HR_DTYPE_Q4_1:

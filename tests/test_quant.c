@@ -191,7 +191,8 @@ static void test_table(void) {
         [HR_DTYPE_Q5_1] = sizeof(block_q5_1), [HR_DTYPE_Q2_K] = sizeof(block_q2_K),
         [HR_DTYPE_Q3_K] = sizeof(block_q3_K), [HR_DTYPE_Q4_K] = sizeof(block_q4_K),
         [HR_DTYPE_Q5_K] = sizeof(block_q5_K), [HR_DTYPE_Q6_K] = sizeof(block_q6_K),
-        [HR_DTYPE_Q8_K] = sizeof(block_q8_K),
+        [HR_DTYPE_Q8_K] = sizeof(block_q8_K), [HR_DTYPE_NF4] = sizeof(block_nf4),
+        [HR_DTYPE_FP4] = sizeof(block_nf4),
     };
     for (int t = 0; t < HR_DTYPE_COUNT; t++) {
         const hr_dtype_info *d = &hr_dtype_table[t];
@@ -200,7 +201,10 @@ static void test_table(void) {
             CHECK_MSG(block_struct_bytes[t] == (size_t)d->block_bytes,
                       "%s: struct is %zu bytes, table says %d", d->name, block_struct_bytes[t],
                       d->block_bytes);
-            CHECK_MSG(d->block_elems == (block_struct_bytes[t] < 64 ? QUANT_QK : QUANT_QK_K),
+            const bool codebook = t == HR_DTYPE_NF4 || t == HR_DTYPE_FP4;
+            CHECK_MSG(d->block_elems == (codebook                    ? QUANT_QK_NF4
+                                         : block_struct_bytes[t] < 64 ? QUANT_QK
+                                                                      : QUANT_QK_K),
                       "%s: block_elems %d", d->name, d->block_elems);
         } else if (quant_can_dequantize((hr_dtype)t)) {
             CHECK_MSG(d->block_elems == 1, "%s: plain type with block_elems %d", d->name,
@@ -210,7 +214,7 @@ static void test_table(void) {
     const hr_dtype must_quantize[] = {
         HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0, HR_DTYPE_Q4_0,
         HR_DTYPE_Q4_1, HR_DTYPE_Q5_0, HR_DTYPE_Q5_1, HR_DTYPE_Q2_K, HR_DTYPE_Q3_K,
-        HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_Q8_K,
+        HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_Q8_K, HR_DTYPE_NF4, HR_DTYPE_FP4,
     };
     for (size_t i = 0; i < sizeof must_quantize / sizeof must_quantize[0]; i++)
         CHECK_MSG(quant_can_quantize(must_quantize[i]), "%s", hr_dtype_name(must_quantize[i]));
@@ -676,9 +680,10 @@ int main(void) {
     test_subnormal_blocks();
 
     for (int t = 0; t < HR_DTYPE_COUNT; t++) {
-        if (t == HR_DTYPE_F32 || !quant_can_dequantize((hr_dtype)t))
-            continue;
         const hr_dtype_info *d = &hr_dtype_table[t];
+        /* NF4/FP4 have no GGUF id: test_bnb checks them against bitsandbytes */
+        if (t == HR_DTYPE_F32 || !quant_can_dequantize((hr_dtype)t) || d->ggml_type < 0)
+            continue;
         fixture f;
         if (!fixture_load(d->name, &f)) {
             CHECK_MSG(false, "%s: fixture missing or malformed", d->name);

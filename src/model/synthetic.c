@@ -49,7 +49,9 @@ static int scale_offsets(hr_dtype t, int off[2]) {
     switch (t) {
     case HR_DTYPE_Q8_0:
     case HR_DTYPE_Q4_0:
-    case HR_DTYPE_Q5_0: off[0] = 0; return 1;
+    case HR_DTYPE_Q5_0:
+    case HR_DTYPE_NF4:
+    case HR_DTYPE_FP4: off[0] = 0; return 1;
     case HR_DTYPE_Q4_1:
     case HR_DTYPE_Q5_1:
     case HR_DTYPE_Q4_K:

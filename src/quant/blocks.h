@@ -142,6 +142,28 @@ typedef struct {
 } block_q8_K;
 static_assert(sizeof(block_q8_K) == 292, "block_q8_K must be 292 bytes (hr_dtype_table)");
 
+/* NF4 and FP4 (bitsandbytes' 4-bit types, blocks of 64): a 4-bit code
+ * indexes a table of 16 f32 values in [-1, 1] (quant_nf4_values,
+ * quant_fp4_values: bitsandbytes' own code tables, bit for bit), scaled by
+ * the block's absolute maximum.
+ *       n(i) = i < 32 ? qs[i] & 15 : qs[i-32] >> 4;
+ *       y[i] = table[n(i)] * f16(d).
+ * bitsandbytes keeps the absmax in f32 (or double-quantized to 8 bits); here
+ * it is rounded once to f16 (2 bytes a block: 4.25 bits a weight), so a
+ * weight differs from bitsandbytes' dequantization by at most one f16
+ * rounding of its absmax (relative 2^-11). The nibble order is not
+ * bitsandbytes' (which packs element 2k in the high nibble of byte k): low
+ * nibbles then high nibbles let a 32-byte load give 32 consecutive codes. */
+typedef struct {
+    uint16_t d; /* f16 absmax */
+    uint8_t qs[32];
+} block_nf4;
+static_assert(sizeof(block_nf4) == 34, "block_nf4 must be 34 bytes (hr_dtype_table)");
+#define QUANT_QK_NF4 64
+
+extern const float quant_nf4_values[16];
+extern const float quant_fp4_values[16];
+
 /* ---- per-type reference rows: n elements, a multiple of the block size.
  * quant.c checks n and dispatches; nothing else should call these directly. */
 void quant_dequantize_q8_0(const void *src, float *dst, int64_t n);
@@ -167,5 +189,10 @@ void quant_quantize_q4_K(const float *src, void *dst, int64_t n);
 void quant_quantize_q5_K(const float *src, void *dst, int64_t n);
 void quant_quantize_q6_K(const float *src, void *dst, int64_t n);
 void quant_quantize_q8_K(const float *src, void *dst, int64_t n);
+
+void quant_dequantize_nf4(const void *src, float *dst, int64_t n);
+void quant_dequantize_fp4(const void *src, float *dst, int64_t n);
+void quant_quantize_nf4(const float *src, void *dst, int64_t n);
+void quant_quantize_fp4(const float *src, void *dst, int64_t n);
 
 #endif

@@ -6,10 +6,11 @@
  * quantize functions; a NULL entry means "not supported", so the can_*
  * queries and the dispatchers can never disagree, and test_quant walks
  * hr_dtype_table to check every quantized type has a dequantizer. The block
- * formats live in q_legacy.c (32-element blocks) and q_kquants*.c (256-element
- * super-blocks). The row functions take n elements (a multiple of the block
- * size, checked here) and pointers aligned for the block struct (2 bytes;
- * 4 for F32 and Q8_K), as GGUF's 32-byte tensor alignment guarantees.
+ * formats live in q_legacy.c (32-element blocks), q_kquants*.c (256-element
+ * super-blocks) and q_codebook.c (bitsandbytes' NF4/FP4). The row functions
+ * take n elements (a multiple of the block size, checked here) and pointers
+ * aligned for the block struct (2 bytes; 4 for F32 and Q8_K), as GGUF's
+ * 32-byte tensor alignment guarantees.
  *
  * F16/BF16 go through util/fp16.h: round-to-nearest-even, NaN stays NaN,
  * overflow to infinity, subnormals kept (no flush to zero), matching ggml's
@@ -79,6 +80,8 @@ static const quant_ops quant_table[HR_DTYPE_COUNT] = {
     [HR_DTYPE_Q5_K] = {quant_dequantize_q5_K, quant_quantize_q5_K},
     [HR_DTYPE_Q6_K] = {quant_dequantize_q6_K, quant_quantize_q6_K},
     [HR_DTYPE_Q8_K] = {quant_dequantize_q8_K, quant_quantize_q8_K},
+    [HR_DTYPE_NF4] = {quant_dequantize_nf4, quant_quantize_nf4},
+    [HR_DTYPE_FP4] = {quant_dequantize_fp4, quant_quantize_fp4},
     /* integer and f64 tensors are never weights; they have no entry */
 };
 

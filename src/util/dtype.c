@@ -39,6 +39,11 @@ const hr_dtype_info hr_dtype_table[HR_DTYPE_COUNT] = {
     [HR_DTYPE_I16] = {.name = "i16", .block_elems = 1, .block_bytes = 2, .ggml_type = 25},
     [HR_DTYPE_I32] = {.name = "i32", .block_elems = 1, .block_bytes = 4, .ggml_type = 26},
     [HR_DTYPE_F64] = {.name = "f64", .block_elems = 1, .block_bytes = 8, .ggml_type = 28},
+    /* bitsandbytes' codebook types: f16 absmax + 64 nibbles (src/quant/blocks.h) */
+    [HR_DTYPE_NF4] = {.name = "nf4", .block_elems = 64, .block_bytes = 34, .ggml_type = -1,
+                      .is_quant = true},
+    [HR_DTYPE_FP4] = {.name = "fp4", .block_elems = 64, .block_bytes = 34, .ggml_type = -1,
+                      .is_quant = true},
 };
 
 const char *hr_dtype_name(hr_dtype t) {

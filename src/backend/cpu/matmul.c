@@ -110,6 +110,8 @@ static bool is_weight_dtype(hr_dtype t) {
     case HR_DTYPE_Q4_K:
     case HR_DTYPE_Q5_K:
     case HR_DTYPE_Q6_K:
+    case HR_DTYPE_NF4:
+    case HR_DTYPE_FP4:
         return true;
     default:
         return false;
@@ -526,7 +528,10 @@ void cpu_matmul(cpu_pool *pool, void *scratch, cpu_matmul_mode mode, float *y, i
         N += m->n_rows;
         const bool fast_gemm = part_fast(mode, j.x16_type, m->dtype) &&
                                isa->gemm_fast[m->dtype] != NULL;
-        const int64_t min_B = !fast_gemm                   ? isa->gemm_min_B_exact
+        const bool xh_gemm = !fast_gemm && part_fast(mode, j.x16_type, m->dtype) &&
+                             hr_dtype_table[m->dtype].is_quant;
+        const int64_t min_B = xh_gemm                     ? isa->gemm_min_B_xh
+                              : !fast_gemm                ? isa->gemm_min_B_exact
                               : m->dtype == HR_DTYPE_BF16 ? isa->gemm_min_B_bf16
                                                           : isa->gemm_min_B_fast;
         j.part_gemm[p] = isa->gemm_exact != NULL && B >= min_B;

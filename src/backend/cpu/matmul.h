@@ -22,6 +22,11 @@
  *                     (AVX512-VNNI vpdpbusd, AVX2 vpmaddubsw) and f32 scales
  *                     (the reference level and AVX2 prefill compute the same
  *                     sum in f32 on x^).
+ *                     NF4/FP4 weights (table value * absmax): the AVX-512
+ *                     decode kernel rounds the table to multiples of 2^-14
+ *                     for its 16-bit dot products (at most 2^-15 of the
+ *                     block's absmax a weight); elsewhere they run the
+ *                     EXACT kernels on x^.
  *                     The result equals the EXACT result on the rounded
  *                     activations x^ = d*q up to f32 summation order; x^ differs
  *                     from x by at most d/2 per element.
@@ -85,7 +90,7 @@ size_t cpu_matmul_scratch_bytes(int64_t max_rows_B, int64_t max_K, int n_threads
  * the parts' n_rows. Preconditions (asserted; the loader guarantees them):
  * B >= 0, K > 0 and a multiple of every part's block size, ldx >= K,
  * ldy >= N, 1 <= n_parts <= 16, dtypes F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/
- * Q5_1/Q2_K..Q6_K,
+ * Q5_1/Q2_K..Q6_K/NF4/FP4,
  * scratch from cpu_matmul_scratch_bytes with this pool's thread count and
  * bounds covering (B, K), 64-byte aligned. pool may be NULL (one thread).
  * Allocates nothing; y must not overlap x or the weights. Writes only
@@ -232,10 +237,12 @@ typedef struct {
     cpu_quantize_fn quantize;
     cpu_round16_fn round_f16, round_bf16;
     /* Smallest B for which a part goes to gemm_exact (f32 kernels), to
-     * gemm_fast (integer kernels) or to gemm_fast[BF16] (bf16 pair dot
-     * products) instead of the decode kernels, which handle any B; and the
-     * most / the granularity of weight rows per gemm call. */
-    int64_t gemm_min_B_exact, gemm_min_B_fast, gemm_min_B_bf16;
+     * gemm_fast (integer kernels), to gemm_fast[BF16] (bf16 pair dot
+     * products), or, for a FAST quantized part without gemm_fast, to
+     * gemm_exact on x^ (min_B_xh), instead of the decode kernels, which
+     * handle any B; and the most / the granularity of weight rows per gemm
+     * call. */
+    int64_t gemm_min_B_exact, gemm_min_B_fast, gemm_min_B_bf16, gemm_min_B_xh;
     int64_t gemm_max_rows, gemm_row_align;
     /* gemm_exact's activation panels: rows per panel (<= 16) and the packer,
      * which writes rows [0, n_rows) of x (row stride ldx, K columns) as
@@ -258,6 +265,11 @@ extern const cpu_mm_isa cpu_mm_isa_avx512;
  * every quantized dtype (it dispatches on m->dtype) and the quantizer. */
 void cpu_mm_avx512_gemv_fast(const cpu_mm_args *a, const cpu_mat *m, int64_t r0, int64_t r1,
                              float *y, int64_t ldy, void *tscratch);
+/* matmul_nf4_avx512.c: the FAST decode kernel of NF4 and FP4 (CPU_XQ_NATURAL)
+ * and the thread scratch it needs. */
+void cpu_mm_avx512_gemv_nf4(const cpu_mm_args *a, const cpu_mat *m, int64_t r0, int64_t r1,
+                            float *y, int64_t ldy, void *tscratch);
+size_t cpu_mm_avx512_gemv_nf4_tscratch(int64_t max_K);
 void cpu_mm_avx512_quantize(const float *x, int64_t K, int64_t k0, int64_t k1,
                             void *const out[CPU_XQ_LAYOUT_COUNT], float *xh);
 

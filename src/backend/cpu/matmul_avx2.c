@@ -91,6 +91,28 @@ AI void ld32(hr_dtype dt, const uint8_t *row, int64_t j, const float *h, __m256 
                 _mm256_slli_epi32(_mm256_cvtepu16_epi32(ldu128(p + 8 * i)), 16));
         return;
     }
+    case HR_DTYPE_NF4:
+    case HR_DTYPE_FP4: {
+        /* codes index the f32 table: vpermps within each half of 8 values,
+         * the code's bit 3 (moved to the sign bit) picks the half */
+        const float *t = dt == HR_DTYPE_NF4 ? quant_nf4_values : quant_fp4_values;
+        const __m256 t0 = _mm256_loadu_ps(t), t1 = _mm256_loadu_ps(t + 8);
+        const block_nf4 *b = (const block_nf4 *)(const void *)row + j / 2;
+        const __m256i q = _mm256_loadu_si256((const __m256i *)b->qs);
+        const __m256i n =
+            _mm256_and_si256(j % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(15));
+        const __m256 d = _mm256_set1_ps(f16s(b->d));
+        const __m128i n16[2] = {_mm256_castsi256_si128(n), _mm256_extracti128_si256(n, 1)};
+        for (int i = 0; i < 4; i++) {
+            const __m128i c = n16[i / 2];
+            const __m256i idx = _mm256_cvtepu8_epi32(i % 2 ? _mm_unpackhi_epi64(c, c) : c);
+            const __m256 v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, idx),
+                                              _mm256_permutevar8x32_ps(t1, idx),
+                                              _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+            w[i] = _mm256_mul_ps(v, d);
+        }
+        return;
+    }
     default:
         break;
     }
@@ -181,6 +203,8 @@ DEF_TO_F32(to_f32_q3_K, HR_DTYPE_Q3_K)
 DEF_TO_F32(to_f32_q4_K, HR_DTYPE_Q4_K)
 DEF_TO_F32(to_f32_q5_K, HR_DTYPE_Q5_K)
 DEF_TO_F32(to_f32_q6_K, HR_DTYPE_Q6_K)
+DEF_TO_F32(to_f32_nf4, HR_DTYPE_NF4)
+DEF_TO_F32(to_f32_fp4, HR_DTYPE_FP4)
 
 /* ====================================================================== */
 /* EXACT decode                                                           */
@@ -306,6 +330,8 @@ DEF_GEMV_EXACT(gemv_exact_q3_K, HR_DTYPE_Q3_K)
 DEF_GEMV_EXACT(gemv_exact_q4_K, HR_DTYPE_Q4_K)
 DEF_GEMV_EXACT(gemv_exact_q5_K, HR_DTYPE_Q5_K)
 DEF_GEMV_EXACT(gemv_exact_q6_K, HR_DTYPE_Q6_K)
+DEF_GEMV_EXACT(gemv_exact_nf4, HR_DTYPE_NF4)
+DEF_GEMV_EXACT(gemv_exact_fp4, HR_DTYPE_FP4)
 
 /* ====================================================================== */
 /* FAST: activation quantization                                          */
@@ -605,7 +631,8 @@ const cpu_mm_isa cpu_mm_isa_avx2 = {
             [HR_DTYPE_Q5_0] = gemv_exact_q5_0, [HR_DTYPE_Q5_1] = gemv_exact_q5_1,
             [HR_DTYPE_Q2_K] = gemv_exact_q2_K, [HR_DTYPE_Q3_K] = gemv_exact_q3_K,
             [HR_DTYPE_Q4_K] = gemv_exact_q4_K, [HR_DTYPE_Q5_K] = gemv_exact_q5_K,
-            [HR_DTYPE_Q6_K] = gemv_exact_q6_K,
+            [HR_DTYPE_Q6_K] = gemv_exact_q6_K, [HR_DTYPE_NF4] = gemv_exact_nf4,
+            [HR_DTYPE_FP4] = gemv_exact_fp4,
         },
     .to_f32 =
         {
@@ -615,7 +642,8 @@ const cpu_mm_isa cpu_mm_isa_avx2 = {
             [HR_DTYPE_Q5_0] = to_f32_q5_0, [HR_DTYPE_Q5_1] = to_f32_q5_1,
             [HR_DTYPE_Q2_K] = to_f32_q2_K, [HR_DTYPE_Q3_K] = to_f32_q3_K,
             [HR_DTYPE_Q4_K] = to_f32_q4_K, [HR_DTYPE_Q5_K] = to_f32_q5_K,
-            [HR_DTYPE_Q6_K] = to_f32_q6_K,
+            [HR_DTYPE_Q6_K] = to_f32_q6_K, [HR_DTYPE_NF4] = to_f32_nf4,
+            [HR_DTYPE_FP4] = to_f32_fp4,
         },
     .gemv_fast =
         {
@@ -638,6 +666,7 @@ const cpu_mm_isa cpu_mm_isa_avx2 = {
     .round_bf16 = cpu_mm_round_bf16_ref, /* a small share of a call; no AVX2 bf16 kernels */
     .gemm_exact = gemm_exact,
     .gemm_min_B_exact = 64,
+    .gemm_min_B_xh = 64,
     .gemm_min_B_fast = INT64_MAX, /* no integer GEMM: FAST prefill is gemm_exact on x^ */
     .gemm_min_B_bf16 = INT64_MAX,
     .gemm_max_rows = GEMM_NC,

@@ -50,6 +50,7 @@ const cpu_mm_isa cpu_mm_isa_ref = {
     .round_f16 = cpu_mm_round_f16_ref,
     .round_bf16 = cpu_mm_round_bf16_ref,
     .gemm_min_B_exact = INT64_MAX,
+    .gemm_min_B_xh = INT64_MAX,
     .gemm_min_B_fast = INT64_MAX,
     .gemm_min_B_bf16 = INT64_MAX,
     .gemm_max_rows = 1,
