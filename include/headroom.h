@@ -173,6 +173,11 @@ typedef struct hr_model hr_model;
 typedef struct {
     const char *tokenizer_path; /* NULL: the tokenizer inside the model */
     bool vocab_only;            /* read hyper-parameters and tokenizer only */
+    const char *quantize;       /* NULL: the weights as the file stores them; else the
+                                   layers' matrices are quantized at load to this type
+                                   ("q8_0", "q4_0", "q4_k", "q6_k", "nf4", ...; "int8":
+                                   LLM.int8 rows, kept as Q8_0); embedding and output
+                                   head stay as stored */
 } hr_model_params;
 
 hr_model_params hr_model_params_default(void);

@@ -53,6 +53,7 @@ typedef struct {
     const char *synthetic; /* shape name */
     hr_dtype weights;      /* synthetic weight type */
     bool weights_given;    /* --weights was on the command line */
+    const char *weights_name; /* its text: a real model is quantized to it at load */
     bool dtype_given;      /* --dtype was on the command line */
     hr_engine_params ep;
     bool mem_report;       /* --mem-report */

@@ -1,6 +1,7 @@
 /* engine_opts.c — the options shared by run, chat, perplexity, bench, plan and serve. */
 #include "cli/cli.h"
 
+#include <stdio.h>
 #include <string.h>
 
 void cli_engine_opts_init(cli_engine_opts *o, unsigned cmd) {
@@ -69,9 +70,11 @@ static const struct {
      "  --synthetic SHAPE  random weights of a named shape (tinyllama-1.1b,\n"
      "                     llama2-7b, llama2-13b, llama3-8b, llama2-70b,\n"
      "                     smollm2-135m) instead of -m\n"},
-    {OPT_WEIGHTS, "--weights", NULL, CLI_BENCH | CLI_PLAN,
-     "  --weights TYPE     weight type of --synthetic (f16; bf16 f32 q8_0 q4_0\n"
-     "                     q4_1 q4_k q6_k ...), as the device stores it\n"},
+    {OPT_WEIGHTS, "--weights", NULL, ALL,
+     "  --weights TYPE     -m: quantize the layers' matrices at load to TYPE (q8_0\n"
+     "                     q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k nf4 fp4,\n"
+     "                     int8 = LLM.int8 rows); --synthetic: its weight type\n"
+     "                     (default f16; also bf16 f32)\n"},
     {OPT_DEVICE, "--device", NULL, ALL,
      "  --device cpu|cuda  where to run (default: cuda when available)\n"},
     {OPT_THREADS, "--threads", "-t", ALL,
@@ -154,11 +157,13 @@ int cli_engine_option(int argc, char **argv, int *i, cli_engine_opts *o) {
     case OPT_WEIGHTS:
         if (!cli_value(argc, argv, i, &v))
             return -1;
-        if (!hr_dtype_from_name(v, &o->weights)) {
+        /* checked here for --synthetic; for a model file, when it loads */
+        if (!hr_dtype_from_name(v, &o->weights) && strcmp(v, "int8") != 0) {
             cli_error("--weights: unknown type '%s'", v);
             return -1;
         }
         o->weights_given = true;
+        o->weights_name = v;
         break;
     case OPT_DEVICE:
         if (!cli_value(argc, argv, i, &v))
@@ -273,8 +278,17 @@ hr_status cli_load_model(const cli_engine_opts *o, bool shapes_only, hr_model **
                          hr_error *err) {
     hr_model_params mp = hr_model_params_default();
     mp.vocab_only = shapes_only && o->synthetic;
-    if (o->synthetic)
+    if (o->synthetic) {
+        if (o->weights_given && strcmp(o->weights_name, "int8") == 0) {
+            err->code = HR_ERR_INVALID;
+            snprintf(err->msg, sizeof err->msg,
+                     "--weights int8 quantizes a model file; --synthetic takes q8_0");
+            return err->code;
+        }
         return hr_model_synthetic(o->synthetic, o->weights, &mp, m, err);
+    }
+    if (o->weights_given)
+        mp.quantize = o->weights_name;
     return hr_model_load(o->model, &mp, m, err);
 }
 

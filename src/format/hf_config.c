@@ -427,10 +427,13 @@ static hr_status check_unsupported(const cJSON *root, const char *file, const hf
     if (q) {
         const cJSON *qm = cJSON_IsObject(q) ? cJSON_GetObjectItemCaseSensitive(q, "quant_method")
                                             : NULL;
+        /* bitsandbytes' tensors are read by model_bnb.c */
+        if (cJSON_IsString(qm) && strcmp(qm->valuestring, "bitsandbytes") == 0)
+            return HR_OK;
         return hr_err_set(err, HR_ERR_UNSUPPORTED,
                           "%s: quantized Hugging Face checkpoints ('quantization_config', "
-                          "method '%.32s') are not supported; use the unquantized model or a "
-                          "GGUF file",
+                          "method '%.32s') are not supported (bitsandbytes ones are); use the "
+                          "unquantized model or a GGUF file",
                           file, cJSON_IsString(qm) ? qm->valuestring : "?");
     }
     return HR_OK;

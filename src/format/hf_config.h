@@ -9,7 +9,8 @@
  * "factor", "low_freq_factor", "high_freq_factor",
  * "original_max_position_embeddings"}), tie_word_embeddings,
  * max_position_embeddings, vocab_size, bos_token_id, eos_token_id (int or
- * list). Qwen2 implies q/k/v bias. Missing required fields, values out of
+ * list). Qwen2 implies q/k/v bias. A quantization_config is refused unless
+ * its quant_method is "bitsandbytes" (model_bnb.c reads those tensors). Missing required fields, values out of
  * range (layers <= 0, heads not dividing, ...) and unknown architectures give
  * HR_ERR_FORMAT / HR_ERR_UNSUPPORTED naming the file and the field.
  */

@@ -39,6 +39,7 @@ void hr_model_free(hr_model *m) {
     hr_free(m->chat_template);
     hr_free(m->path);
     hr_free_pages(m->synthetic_data, m->synthetic_bytes);
+    hr_free_pages(m->converted_data, m->converted_bytes);
     hr_free(m);
 }
 
@@ -271,6 +272,11 @@ hr_status hr_model_load(const char *path, const hr_model_params *params, hr_mode
         hr_tokenizer_free(m->tok);
         m->tok = NULL;
         s = hr_tokenizer_load(params->tokenizer_path, &m->tok, err);
+        if (s != HR_OK)
+            goto fail;
+    }
+    if (!params->vocab_only && params->quantize) {
+        s = model_quantize_matrices(m, params->quantize, err);
         if (s != HR_OK)
             goto fail;
     }

@@ -48,6 +48,9 @@ struct hr_model {
     char *path;
     uint8_t *synthetic_data;         /* owned weight bytes of a synthetic model */
     size_t synthetic_bytes;          /* its size (hr_alloc_pages) */
+    uint8_t *converted_data;         /* owned: weights repacked or quantized at load
+                                        (bitsandbytes, --weights), hr_alloc_pages */
+    size_t converted_bytes;
 };
 
 const model_tensor *model_find_tensor(const hr_model *m, const char *name);

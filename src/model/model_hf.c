@@ -123,6 +123,41 @@ static hr_status copy_tensors(hr_model *m, hr_error *err) {
     return HR_OK;
 }
 
+hr_status model_wrap_st(st_set *st, hr_model **out, hr_error *err) {
+    hr_model *m = hr_calloc(1, sizeof *m);
+    if (!m) {
+        st_free(st);
+        return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
+    }
+    m->st = st;
+    m->tensors = hr_calloc((size_t)st->n_tensors + 1, sizeof *m->tensors);
+    if (!m->tensors) {
+        hr_model_free(m);
+        return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
+    }
+    for (int32_t i = 0; i < st->n_tensors; i++) {
+        const st_tensor *s = &st->tensors[i];
+        model_tensor *t = &m->tensors[m->n_tensors];
+        if (s->n_dims > 4)
+            continue;
+        t->name = hr_strdup(s->name);
+        if (!t->name) {
+            hr_model_free(m);
+            return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
+        }
+        m->n_tensors++;
+        t->src_name = s->name;
+        t->dtype = s->dtype;
+        t->n_dims = s->n_dims;
+        for (int d = 0; d < 4; d++)
+            t->ne[d] = d < s->n_dims ? s->shape[s->n_dims - 1 - d] : 1;
+        t->n_bytes = s->n_bytes;
+        t->data = s->data;
+    }
+    *out = m;
+    return HR_OK;
+}
+
 static hr_status read_chat_template(hr_model *m, const char *dir, hr_error *err) {
     char path[4096];
     char *text;
@@ -164,23 +199,41 @@ done:
     return s;
 }
 
+static hr_status load_rest(hr_model *m, const char *dir, const hr_model_params *p,
+                           const char *config, size_t config_len, const char *config_path,
+                           hr_error *err);
+
 hr_status model_load_hf_dir(hr_model *m, const char *dir, const hr_model_params *p,
                             hr_error *err) {
     char path[4096];
     char *text;
     size_t len;
     hr_model_info *in = &m->info;
-    HR_TRY(read_json_file(dir, "config.json", true, &text, &len, path, sizeof path, err));
-    hr_status s = hf_config_parse(text, len, path, in, err);
-    hr_free(text);
-    HR_TRY(s);
-    HR_TRY(read_json_file(dir, "generation_config.json", false, &text, &len, path, sizeof path,
-                          err));
-    if (text) {
+    char *config;
+    size_t config_len;
+    char config_path[4096];
+    HR_TRY(read_json_file(dir, "config.json", true, &config, &config_len, config_path,
+                          sizeof config_path, err));
+    hr_status s = hf_config_parse(config, config_len, config_path, in, err);
+    if (s == HR_OK)
+        s = read_json_file(dir, "generation_config.json", false, &text, &len, path, sizeof path,
+                           err);
+    if (s == HR_OK && text) {
         s = hf_generation_config_parse(text, len, path, in, err);
         hr_free(text);
-        HR_TRY(s);
     }
+    if (s == HR_OK)
+        s = load_rest(m, dir, p, config, config_len, config_path, err);
+    hr_free(config);
+    return s;
+}
+
+/* Everything after config.json: tokenizer, chat template, tensors (and
+ * bitsandbytes' repacking, which reads config.json again). */
+static hr_status load_rest(hr_model *m, const char *dir, const hr_model_params *p,
+                           const char *config, size_t config_len, const char *config_path,
+                           hr_error *err) {
+    hr_model_info *in = &m->info;
     snprintf(in->format, sizeof in->format, "safetensors");
     if (!in->name[0]) {
         const char *base = strrchr(dir, '/');
@@ -200,5 +253,6 @@ hr_status model_load_hf_dir(hr_model *m, const char *dir, const hr_model_params 
     if (p->vocab_only)
         return HR_OK;
     HR_TRY(st_open_dir(dir, &m->st, err));
-    return copy_tensors(m, err);
+    HR_TRY(copy_tensors(m, err));
+    return model_bnb_repack(m, config, config_len, config_path, err);
 }
