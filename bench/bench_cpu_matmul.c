@@ -217,7 +217,8 @@ static void measure_pool(cpu_pool *pool, double *hot_us, double *cold_us) {
 static void fix_scales(hr_dtype t, uint8_t *blk) {
     int off[2] = {-1, -1};
     switch (t) {
-    case HR_DTYPE_Q8_0: case HR_DTYPE_Q4_0: case HR_DTYPE_Q5_0: off[0] = 0; break;
+    case HR_DTYPE_Q8_0: case HR_DTYPE_Q4_0: case HR_DTYPE_Q5_0:
+    case HR_DTYPE_NF4: case HR_DTYPE_FP4: off[0] = 0; break;
     case HR_DTYPE_Q4_1: case HR_DTYPE_Q5_1: case HR_DTYPE_Q4_K: case HR_DTYPE_Q5_K:
         off[0] = 0; off[1] = 2; break;
     case HR_DTYPE_Q2_K: off[0] = 80; off[1] = 82; break;
@@ -403,7 +404,7 @@ int main(int argc, char **argv) {
     static const hr_dtype dtypes[] = {
         HR_DTYPE_F32,  HR_DTYPE_F16,  HR_DTYPE_BF16, HR_DTYPE_Q8_0, HR_DTYPE_Q4_0,
         HR_DTYPE_Q4_1, HR_DTYPE_Q5_0, HR_DTYPE_Q5_1, HR_DTYPE_Q2_K, HR_DTYPE_Q3_K,
-        HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K,
+        HR_DTYPE_Q4_K, HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_NF4,
     };
     printf("\n%-5s %-5s | decode B=1 GB/s (%% of a streaming read of the same bytes, timed "
            "right after) per N x K: 2048x2048 256x2048 5632x2048 32000x2048 2048x5632 | prefill "

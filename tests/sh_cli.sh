@@ -111,5 +111,21 @@ done
 ls "$tmp"/*.partial-* > /dev/null 2>&1 && bad "a partial file was left" || ok
 rm -f "$tmp/a.gguf" "$tmp/b.gguf" "$tmp/link.gguf"
 
+# quantize on load: each type runs; int8 and nf4 of the GGUF-only writer are
+# refused by convert with a pointer to --weights; --kl-base compares
+for t in q4_k nf4 int8; do
+  "$hr" run --weights $t -p "ROMEO:" -n 4 --temp 0 > /dev/null 2>&1 && ok || bad "run --weights $t"
+done
+"$hr" run --weights q9_9 -p x -n 1 > /dev/null 2> "$tmp/err.txt"
+[ $? -eq 1 ] && grep -q "unknown type 'q9_9'" "$tmp/err.txt" && ok || bad "--weights q9_9: $(cat "$tmp/err.txt")"
+"$hr" convert -o "$tmp/c.gguf" --type nf4 > /dev/null 2> "$tmp/err.txt"
+[ $? -eq 1 ] && grep -q "load it with --weights nf4" "$tmp/err.txt" && [ ! -e "$tmp/c.gguf" ] \
+  && ok || bad "convert --type nf4: $(cat "$tmp/err.txt")"
+head -c 4000 "$(dirname "$0")/../models/tiny-shakespeare/heldout.txt" > "$tmp/t.txt"
+"$hr" perplexity --weights q4_0 --kl-base "$(dirname "$0")/../models/tiny-shakespeare" \
+  -f "$tmp/t.txt" --ctx 128 > "$tmp/kl.txt" 2> /dev/null \
+  && grep -q "^mean KL divergence: " "$tmp/kl.txt" && grep -q "^top-1 agreement: " "$tmp/kl.txt" \
+  && ok || bad "perplexity --kl-base: $(cat "$tmp/kl.txt")"
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -52,6 +52,9 @@ def main():
             msg = out.strip().splitlines()[-1] if out.strip() else "failed"
             print(f"| {t} | {BPW.get(t, '?')} | n/a: {msg} | | | | |")
             continue
+        # a K-quant on rows that are not multiples of 256 falls back per matrix
+        fb = re.search(r"average ([0-9.]+) bits a weight", out)
+        bpw = float(fb.group(1)) if fb else BPW[t]
         ppl = float(re.search(r"^perplexity: (\S+)", out, re.M).group(1))
         base = float(re.search(r"^base perplexity: (\S+)", out, re.M).group(1))
         kl = float(re.search(r"^mean KL divergence: (\S+)", out, re.M).group(1))
@@ -60,7 +63,7 @@ def main():
                        "--prompt", "64", "--gen", "64", "--repeat", "3"])
         m = re.search(r"^cpu\s.*\|\s+\S+\s+\S+\s+(\S+)", out, re.M) if rc == 0 else None
         decode = float(m.group(1)) if m else None
-        print(f"| {t} | {BPW[t]} | {ppl:.4f} | {100 * (ppl - base) / base:+.2f}% | {kl:.5f} | "
+        print(f"| {t}{' (mixed)' if fb else ''} | {bpw:.4g} | {ppl:.4f} | {100 * (ppl - base) / base:+.2f}% | {kl:.5f} | "
               f"{top1:.2f}% | {decode if decode else 'n/a'} |", flush=True)
         if a.json:
             with open(a.json, "a") as f:
@@ -68,7 +71,7 @@ def main():
                     "commit": commit, "date": datetime.date.today().isoformat(),
                     "machine": platform.processor() or platform.machine(),
                     "model": a.model, "text": a.text, "ctx": a.ctx, "weights": t,
-                    "bits_per_weight": BPW[t], "perplexity": ppl, "base_perplexity": base,
+                    "bits_per_weight": bpw, "perplexity": ppl, "base_perplexity": base,
                     "mean_kl": kl, "top1_agreement": top1, "cpu_decode_tok_s": decode}) + "\n")
 
 

@@ -18,7 +18,8 @@ static void help(FILE *f) {
                "  --tokenizer PATH    the tokenizer to write (needed with --synthetic)\n"
                "  -o FILE       the GGUF file to write\n"
                "  --type TYPE   matrices as f16 (default), bf16, f32, q8_0, q4_0, q4_1,\n"
-               "                q5_0, q5_1, q4_k or q6_k; norms stay f32\n");
+               "                q5_0, q5_1, q2_k, q3_k, q4_k, q5_k or q6_k; norms stay\n"
+               "                f32 (nf4 and int8 have no GGUF type: load with --weights)\n");
 }
 
 int cmd_convert(int argc, char **argv) {

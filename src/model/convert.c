@@ -194,6 +194,12 @@ static void write_hparams(gguf_writer *w, const hr_model *m, const char *arch, h
 
 hr_status hr_model_convert(const hr_model *m, const char *path, hr_dtype type, hr_error *err) {
     const hr_model_info *in = &m->info;
+    if (type == HR_DTYPE_NF4 || type == HR_DTYPE_FP4)
+        return hr_err_set(err, HR_ERR_UNSUPPORTED,
+                          "convert: GGUF has no %s type (llama.cpp could not read the file); "
+                          "keep the 16-bit model and load it with --weights %s, or use a "
+                          "bitsandbytes checkpoint as it is",
+                          hr_dtype_name(type), hr_dtype_name(type));
     if (type != HR_DTYPE_F32 && type != HR_DTYPE_F16 && type != HR_DTYPE_BF16 &&
         !(hr_dtype_table[type].is_quant && quant_can_quantize(type) && type != HR_DTYPE_Q8_K))
         return hr_err_set(err, HR_ERR_UNSUPPORTED, "convert: cannot write weights as %s",

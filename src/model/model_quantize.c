@@ -9,6 +9,10 @@
  * they matter most for quality. Each row is dequantized to f32 and
  * quantized by the reference quantizer of the type (quant/), so the result
  * equals what `headroom convert --type` writes for those tensors.
+ * A K-quant needs rows of a multiple of 256; a matrix whose rows are not
+ * (SmolLM2's 576) takes llama.cpp's fallback type instead (Q4_K -> Q5_0,
+ * Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K and Q3_K -> Q4_0), with a warning that
+ * says how many and the resulting bits a weight.
  * "int8" is LLM.int8's weight quantization (bitsandbytes'
  * int8_vectorwise_quant): per row, scale = max |w| / 127 and
  * code = rint(w / scale), stored as Q8_0 blocks that all carry the row's
@@ -57,6 +61,20 @@ static void quantize_int8_row(const float *w, int64_t K, block_q8_0 *out) {
     }
 }
 
+/* The type a matrix with rows of K takes when `to` is asked for. */
+static hr_dtype type_for_rows(hr_dtype to, int64_t K) {
+    if (K % hr_dtype_block_elems(to) == 0)
+        return to;
+    switch (to) {
+    case HR_DTYPE_Q4_K: return HR_DTYPE_Q5_0;
+    case HR_DTYPE_Q5_K: return HR_DTYPE_Q5_1;
+    case HR_DTYPE_Q6_K: return HR_DTYPE_Q8_0;
+    case HR_DTYPE_Q2_K:
+    case HR_DTYPE_Q3_K: return HR_DTYPE_Q4_0;
+    default: return to;
+    }
+}
+
 hr_status model_quantize_matrices(hr_model *m, const char *type, hr_error *err) {
     const bool int8 = strcmp(type, "int8") == 0;
     hr_dtype to = HR_DTYPE_Q8_0;
@@ -66,25 +84,38 @@ hr_status model_quantize_matrices(hr_model *m, const char *type, hr_error *err) 
                           "--weights %s: not a type to quantize to (q8_0, q4_0, q4_1, q5_0, "
                           "q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, nf4, fp4, int8)",
                           type);
-    const int64_t be = hr_dtype_block_elems(to);
     size_t total = 0;
-    int64_t max_k = 0;
+    int64_t max_k = 0, n_weights = 0, n_fallback = 0, n_matrices = 0, fallback_k = 0;
     for (int32_t i = 0; i < m->n_tensors; i++) {
         const model_tensor *t = &m->tensors[i];
         if (!is_layer_matrix(t))
             continue;
-        if (t->ne[0] % be != 0)
+        const hr_dtype tt = type_for_rows(to, t->ne[0]);
+        if (t->ne[0] % hr_dtype_block_elems(tt) != 0)
             return hr_err_set(err, HR_ERR_UNSUPPORTED,
                               "--weights %s: tensor '%s' has rows of %lld, not a multiple of "
                               "the %lld of a %s block",
-                              type, t->name, (long long)t->ne[0], (long long)be,
-                              hr_dtype_name(to));
+                              type, t->name, (long long)t->ne[0],
+                              (long long)hr_dtype_block_elems(tt), hr_dtype_name(tt));
+        n_matrices++;
+        n_weights += t->ne[0] * t->ne[1];
+        if (tt != to) {
+            n_fallback++;
+            fallback_k = t->ne[0];
+        }
         if (!quant_can_dequantize(t->dtype))
             return hr_err_set(err, HR_ERR_UNSUPPORTED, "--weights %s: tensor '%s' is %s",
                               type, t->name, hr_dtype_name(t->dtype));
-        total += hr_dtype_row_bytes(to, t->ne[0]) * (size_t)t->ne[1];
+        total += hr_dtype_row_bytes(tt, t->ne[0]) * (size_t)t->ne[1];
         max_k = t->ne[0] > max_k ? t->ne[0] : max_k;
     }
+    if (n_fallback)
+        HR_LOG_W("--weights %s: %lld of %lld matrices have rows of %lld (not a multiple of "
+                 "%lld): stored as %s instead, as llama.cpp does; the layers' matrices "
+                 "average %.3f bits a weight",
+                 type, (long long)n_fallback, (long long)n_matrices, (long long)fallback_k,
+                 (long long)hr_dtype_block_elems(to), hr_dtype_name(type_for_rows(to, fallback_k)),
+                 8.0 * (double)total / (double)n_weights);
     if (total == 0)
         return HR_OK;
     uint8_t *buf = hr_alloc_pages(total);
@@ -101,15 +132,16 @@ hr_status model_quantize_matrices(hr_model *m, const char *type, hr_error *err) 
         if (!is_layer_matrix(t))
             continue;
         const int64_t K = t->ne[0], N = t->ne[1];
-        const size_t src_rb = hr_dtype_row_bytes(t->dtype, K), dst_rb = hr_dtype_row_bytes(to, K);
+        const hr_dtype tt = type_for_rows(to, K);
+        const size_t src_rb = hr_dtype_row_bytes(t->dtype, K), dst_rb = hr_dtype_row_bytes(tt, K);
         for (int64_t r = 0; r < N; r++) {
             quant_dequantize_row(t->dtype, t->data + (size_t)r * src_rb, row, K);
             if (int8)
                 quantize_int8_row(row, K, (block_q8_0 *)(void *)(buf + at + (size_t)r * dst_rb));
             else
-                quant_quantize_row(to, row, buf + at + (size_t)r * dst_rb, K);
+                quant_quantize_row(tt, row, buf + at + (size_t)r * dst_rb, K);
         }
-        t->dtype = to;
+        t->dtype = tt;
         t->data = buf + at;
         t->n_bytes = dst_rb * (uint64_t)N;
         at += t->n_bytes;
