@@ -82,6 +82,17 @@ static hr_status read_json_file(const char *dir, const char *name, bool required
     return hr_file_read_all(path, CONFIG_MAX_BYTES, text, len, err);
 }
 
+/* t's description of the file's tensor s (its name is set by the caller). */
+static void describe(model_tensor *t, const st_tensor *s) {
+    t->src_name = s->name;
+    t->dtype = s->dtype;
+    t->n_dims = s->n_dims;
+    for (int d = 0; d < 4; d++)
+        t->ne[d] = d < s->n_dims ? s->shape[s->n_dims - 1 - d] : 1;
+    t->n_bytes = s->n_bytes;
+    t->data = s->data;
+}
+
 static hr_status copy_tensors(hr_model *m, hr_error *err) {
     const st_set *st = m->st;
     m->tensors = hr_calloc((size_t)st->n_tensors, sizeof *m->tensors);
@@ -112,13 +123,7 @@ static hr_status copy_tensors(hr_model *m, hr_error *err) {
         if (!t->name)
             return hr_err_set(err, HR_ERR_NOMEM, "%s: out of memory", m->path);
         m->n_tensors++;
-        t->src_name = s->name;
-        t->dtype = s->dtype;
-        t->n_dims = s->n_dims;
-        for (int d = 0; d < 4; d++)
-            t->ne[d] = d < s->n_dims ? s->shape[s->n_dims - 1 - d] : 1;
-        t->n_bytes = s->n_bytes;
-        t->data = s->data;
+        describe(t, s);
     }
     return HR_OK;
 }
@@ -146,13 +151,7 @@ hr_status model_wrap_st(st_set *st, hr_model **out, hr_error *err) {
             return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
         }
         m->n_tensors++;
-        t->src_name = s->name;
-        t->dtype = s->dtype;
-        t->n_dims = s->n_dims;
-        for (int d = 0; d < 4; d++)
-            t->ne[d] = d < s->n_dims ? s->shape[s->n_dims - 1 - d] : 1;
-        t->n_bytes = s->n_bytes;
-        t->data = s->data;
+        describe(t, s);
     }
     *out = m;
     return HR_OK;
