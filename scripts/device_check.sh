@@ -6,10 +6,11 @@
 #   references), then the benchmarks, then transformers on the same shape.
 # Results go to $OUT (JSON lines for bench/results/), a short table last.
 #   scripts/device_check.sh [checks] [bench] [packed] [hf] [compiled] [sweep] [profile]
-#                           [ablate] [fallback] [sm80]
+#                           [ablate] [fallback] [sm80] [quality]
 #   (default: checks bench packed hf sweep; packed: quantized weights kept
 #   packed on the GPU, decode by type against --expand, the 8 GiB and 12 GiB
-#   recipes; fallback: the generic path an Ampere or
+#   recipes; quality: decode tok/s by weight type for README's quality table;
+#   fallback: the generic path an Ampere or
 #   Ada GPU takes (caps.cu), forced on this GPU by HEADROOM_CUDA_ARCH_FALLBACK
 #   (=86: also at an RTX 30xx/40xx's 99 KB of shared memory a block): the
 #   ops against the CPU, the models, the attention kernels and a bench row;
@@ -78,7 +79,7 @@ if [[ $what == *bench* ]]; then
 fi
 if [[ $what == *packed* ]]; then
   echo "== packed weights: decode by type (batch 1), prefill 512, 64 sequences, against --expand"
-  for w in q8_0 q4_0 q4_k q6_k q5_k; do
+  for w in q8_0 q4_0 q4_k q6_k q5_k nf4 fp4; do
     $T 90 $B --synthetic llama2-7b --weights $w --prompt 128 --gen 256 --repeat 3 2>&1 |
       tee -a $OUT/packed.jsonl
   done
@@ -91,9 +92,29 @@ if [[ $what == *packed* ]]; then
   echo "== the 8 GiB recipe: llama2-7b shape, q4_k, 4096 context, under --mem 8GiB"
   $T 90 $B --synthetic llama2-7b --weights q4_k --mem 8GiB --ctx 4096 --prompt 3072 --gen 256 \
     --mem-report 2>&1 | tee -a $OUT/packed.jsonl | grep -E "memory|^cuda"
+  echo "== the same recipe in nf4 (bitsandbytes' 4-bit type, packed)"
+  $T 90 $B --synthetic llama2-7b --weights nf4 --mem 8GiB --ctx 4096 --prompt 3072 --gen 256 \
+    --mem-report 2>&1 | tee -a $OUT/packed.jsonl | grep -E "memory|^cuda"
+  echo "== nf4 and fp4: prefill 512 and 64 sequences"
+  for w in nf4 fp4; do
+    $T 90 $B --synthetic llama2-7b --weights $w --prompt 512 --gen 2 --repeat 5 2>&1 |
+      tee -a $OUT/packed.jsonl
+  done
+  $T 120 $B --synthetic llama2-7b --weights nf4 --prompt 128 --gen 256 --batch 64 --repeat 2 \
+    2>&1 | tee -a $OUT/packed.jsonl
   echo "== 13B shape, q4_k, under --mem 12GiB"
   $T 90 $B --synthetic llama2-13b --weights q4_k --mem 12GiB --ctx 4096 --prompt 128 \
     --gen 128 --mem-report 2>&1 | tee -a $OUT/packed.jsonl | grep -E "memory|^cuda"
+fi
+if [[ $what == *quality* ]]; then
+  echo "== the quality table's GPU column: decode by weight type, embedded model and SmolLM2's shape"
+  for w in q8_0 int8 q6_k q5_k q4_k q5_0 q4_1 q4_0 nf4 fp4 q3_k q2_k; do
+    $T 60 $B -m models/tiny-shakespeare --weights $w --prompt 64 --gen 64 --repeat 3 2>&1 |
+      grep '^{' | tee -a $OUT/quality.jsonl
+    [[ $w == int8 ]] && continue # int8 quantizes a file (LLM.int8 rows run as q8_0's)
+    $T 60 $B --synthetic smollm2-135m --weights $w --prompt 64 --gen 64 --repeat 3 2>&1 |
+      grep '^{' | tee -a $OUT/quality.jsonl
+  done
 fi
 if [[ $what == *ablate* ]]; then
   echo "== batch 1 op by op (no persistent step)"

@@ -13,19 +13,22 @@
  *
  * Tolerances, from the arithmetic:
  *   - GEMV: the same products as the reference (exact integer block sums,
- *     f32 scales): only summation order differs, 1e-5 of the sum of |terms|;
+ *     f32 scales; NF4/FP4 with the table at 2^-14, as the CPU's FAST
+ *     kernel): only summation order differs, 1e-5 of the sum of |terms|;
  *     bf16 outputs one rounding more (2^-8 relative);
  *   - more rows: the weights rounded to bf16 in the reference too, f32
  *     accumulation (tensor cores, cuBLASLt): 1e-4 of the sum of |terms|;
  *   - embed: bit for bit.
- * Then a whole model: SmolLM2-135M-Instruct's Q4_1 file on the GPU (packed,
- * and expanded to bf16) against the same file on the CPU: perplexity over a
- * text within 1e-2 relative.
+ * Then whole models: SmolLM2-135M-Instruct's Q4_1 file and the bitsandbytes
+ * fixtures (NF4, LLM.int8) on the GPU (packed, and expanded to bf16)
+ * against the same files on the CPU: perplexity over a text within 1e-2
+ * relative.
  * Without a CUDA device (CI) it prints "SKIP: no CUDA device" and exits 77.
  */
 #include "backend/backend.h"
 #include "backend/packed.h"
 #include "backend/registry.h"
+#include "quant/blocks.h" /* block_nf4 and the codebooks */
 #include "quant/quant.h"
 #include "test.h"
 #include "util/fp16.h"
@@ -60,6 +63,26 @@ static model_tensor quant_tensor(const char *name, hr_dtype t, int64_t K, int64_
     free(x);
     return (model_tensor){.name = (char *)name, .dtype = t, .n_dims = 2, .ne = {K, N, 1, 1},
                           .data = data, .n_bytes = row * (size_t)N};
+}
+
+/* The weights as the packed GEMV multiplies them: the reference's, but for
+ * NF4/FP4 the table rounded to multiples of 2^-14 (the CPU's FAST table,
+ * backend/cpu/matmul.h) times the block's absmax. */
+static float *gemv_weights(const model_tensor *w, const float *deq) {
+    const int64_t K = w->ne[0], N = w->ne[1];
+    float *out = malloc((size_t)(K * N) * sizeof *out);
+    memcpy(out, deq, (size_t)(K * N) * sizeof *out);
+    if (w->dtype != HR_DTYPE_NF4 && w->dtype != HR_DTYPE_FP4)
+        return out;
+    const float *table = w->dtype == HR_DTYPE_NF4 ? quant_nf4_values : quant_fp4_values;
+    const block_nf4 *b = (const block_nf4 *)w->data;
+    for (int64_t i = 0; i < K * N / 64; i++, b++)
+        for (int j = 0; j < 64; j++) {
+            const int code = j < 32 ? b->qs[j] & 15 : b->qs[j - 32] >> 4;
+            out[64 * i + j] =
+                (float)lrintf(table[code] * 16384.0f) / 16384.0f * hr_f16_to_f32(b->d);
+        }
+    return out;
 }
 
 /* the CPU's FAST rounding of an activation row (backend/cpu/matmul.h) */
@@ -101,8 +124,8 @@ static bool end(gpu *g, hr_error *err) {
 }
 
 /* y = x . W^T (+ bias) for n rows; checks against the reference */
-static void check_matmul(gpu *g, const be_weight *w, const float *wdq, const float *bias,
-                         int64_t N, int64_t K, int64_t n, const char *what) {
+static void check_matmul(gpu *g, const be_weight *w, const float *wdq, const float *wgemv,
+                         const float *bias, int64_t N, int64_t K, int64_t n, const char *what) {
     hr_error err;
     float *x = malloc((size_t)(n * K) * sizeof *x), *xq = malloc((size_t)K * sizeof *xq),
           *y = malloc((size_t)(n * N) * sizeof *y), *y16 = malloc((size_t)(n * N) * sizeof *y16);
@@ -126,7 +149,7 @@ static void check_matmul(gpu *g, const be_weight *w, const float *wdq, const flo
         for (int64_t r = 0; r < N; r++) {
             double sum = bias ? bias[r] : 0.0, mag = bias ? fabs(bias[r]) : 0.0;
             for (int64_t k = 0; k < K; k++) {
-                const double wv = gemv ? wdq[r * K + k] : round_bf16(wdq[r * K + k]);
+                const double wv = gemv ? wgemv[r * K + k] : round_bf16(wdq[r * K + k]);
                 sum += wv * xq[k];
                 mag += fabs(wv * xq[k]);
             }
@@ -148,7 +171,7 @@ static void check_matmul(gpu *g, const be_weight *w, const float *wdq, const flo
 static void check_type(hr_dtype t) {
     hr_error err;
     const int64_t block = packed_block(packed_type_of(t));
-    const int64_t K = block == 256 ? 768 : 352, N = 75, V = 37; /* odd rows */
+    const int64_t K = block == 256 ? 768 : block == 64 ? 320 : 352, N = 75, V = 37; /* odd rows */
     hr_model_info in = {.n_embd = (int32_t)K, .n_layer = 1, .n_head = 4, .n_head_kv = 4,
                         .head_dim = 64, .n_ff = (int32_t)N, .n_vocab = (int32_t)V,
                         .rms_eps = 1e-5f, .rope_theta = 10000.0f};
@@ -162,6 +185,7 @@ static void check_type(hr_dtype t) {
     gpu g = {0};
     float *wdq = NULL, *edq = NULL;
     model_tensor w = quant_tensor("w", t, K, N, &wdq), e = quant_tensor("emb", t, K, V, &edq);
+    float *wgemv = gemv_weights(&w, wdq);
     const model_tensor *wp = &w, *ep = &e;
     be_weight *bw = NULL, *be = NULL;
     bool ok = backend_device(HR_DEVICE_CUDA)->create(&in, &gp, &g.b, &err) == HR_OK;
@@ -177,7 +201,7 @@ static void check_type(hr_dtype t) {
     snprintf(what, sizeof what, "matmul %s", hr_dtype_name(t));
     static const int64_t rows[] = {1, 2, 3, 8, 19, 64, 70, 150};
     for (size_t i = 0; ok && i < sizeof rows / sizeof rows[0]; i++)
-        check_matmul(&g, bw, wdq, NULL, N, K, rows[i], what);
+        check_matmul(&g, bw, wdq, wgemv, NULL, N, K, rows[i], what);
 
     /* the embedding from a packed table, bit for bit */
     if (ok) {
@@ -203,6 +227,7 @@ static void check_type(hr_dtype t) {
     free((void *)w.data);
     free((void *)e.data);
     free(wdq);
+    free(wgemv);
     free(edq);
 }
 
@@ -245,7 +270,7 @@ static void check_mixed(void) {
               g.b->ops->kv_alloc(g.b, &cfg, &err) == HR_OK;
     CHECK_MSG(ok, "mixed: setup: %s", err.msg);
     for (int64_t n = 1; ok && n <= 100; n = n * 3 + 1)
-        check_matmul(&g, w, wdq, bias, N, K, n, "matmul q4_K,q4_K,q6_K bias");
+        check_matmul(&g, w, wdq, wdq, bias, N, K, n, "matmul q4_K,q4_K,q6_K bias");
     if (g.b)
         g.b->ops->free(g.b);
     for (int i = 0; i < 3; i++)
@@ -274,24 +299,14 @@ static double perplexity(const hr_model *m, hr_device dev, bool expand, const in
     return ppl;
 }
 
-static void check_model(void) {
-    FILE *p = popen(HR_SOURCE_DIR "/tools/fetch_smollm2.sh", "r");
-    char path[4096] = "";
-    if (!p || !fgets(path, sizeof path, p))
-        path[0] = '\0';
-    if (p)
-        pclose(p);
-    path[strcspn(path, "\n")] = '\0';
-    if (!path[0]) {
-        printf("SmolLM2 could not be fetched: the whole-model check is skipped\n");
-        return;
-    }
+/* One model file on the GPU (packed, and expanded to 16 bits) against the
+ * same file on the CPU: perplexity over README.md's text, n_max ids. */
+static void check_model_file(const char *path, const char *label, size_t n_max) {
     hr_error err;
     hr_model *m = NULL;
     CHECK_OK(hr_model_load(path, NULL, &m, &err), &err);
     if (!m)
         return;
-    /* 1024 ids of README.md's text: two windows of 512 */
     FILE *f = fopen(HR_SOURCE_DIR "/README.md", "rb");
     static char text[1 << 16];
     size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
@@ -301,18 +316,37 @@ static void check_model(void) {
     size_t n = 0;
     hr_tokenize_params tp = hr_tokenize_params_default();
     CHECK_OK(hr_tokenize(hr_model_tokenizer(m), text, len, &tp, ids, len + 8, &n, &err), &err);
-    n = n > 1024 ? 1024 : n;
+    n = n > n_max ? n_max : n;
     const double cpu = perplexity(m, HR_DEVICE_CPU, false, ids, (int64_t)n),
                  packed = perplexity(m, HR_DEVICE_CUDA, false, ids, (int64_t)n),
                  expanded = perplexity(m, HR_DEVICE_CUDA, true, ids, (int64_t)n);
-    printf("SmolLM2 Q4_1 perplexity over %zu tokens: cpu %.4f, cuda packed %.4f, cuda "
-           "expanded %.4f\n",
-           n, cpu, packed, expanded);
-    CHECK_MSG(fabs(packed - cpu) <= 1e-2 * cpu, "packed %.4f against cpu %.4f", packed, cpu);
-    CHECK_MSG(fabs(expanded - cpu) <= 1e-2 * cpu, "expanded %.4f against cpu %.4f", expanded,
+    printf("%s perplexity over %zu tokens: cpu %.4f, cuda packed %.4f, cuda expanded %.4f\n",
+           label, n, cpu, packed, expanded);
+    CHECK_MSG(fabs(packed - cpu) <= 1e-2 * cpu, "%s: packed %.4f against cpu %.4f", label, packed,
               cpu);
+    CHECK_MSG(fabs(expanded - cpu) <= 1e-2 * cpu, "%s: expanded %.4f against cpu %.4f", label,
+              expanded, cpu);
     free(ids);
     hr_model_free(m);
+}
+
+/* SmolLM2's Q4_1 file (two windows of 512), and the bitsandbytes fixtures
+ * (NF4 with double quantization, LLM.int8 as Q8_0 rows: one window of 512,
+ * their context) */
+static void check_models(void) {
+    FILE *p = popen(HR_SOURCE_DIR "/tools/fetch_smollm2.sh", "r");
+    char path[4096] = "";
+    if (!p || !fgets(path, sizeof path, p))
+        path[0] = '\0';
+    if (p)
+        pclose(p);
+    path[strcspn(path, "\n")] = '\0';
+    if (path[0])
+        check_model_file(path, "SmolLM2 Q4_1", 1024);
+    else
+        printf("SmolLM2 could not be fetched: its whole-model check is skipped\n");
+    check_model_file(HR_SOURCE_DIR "/tests/fixtures/bnb/llama-nf4", "bnb nf4 fixture", 512);
+    check_model_file(HR_SOURCE_DIR "/tests/fixtures/bnb/llama-int8", "bnb int8 fixture", 512);
 }
 
 int main(void) {
@@ -320,10 +354,11 @@ int main(void) {
         TEST_SKIP("no CUDA device (%s)", backend_device(HR_DEVICE_CUDA)->why_not());
     static const hr_dtype types[] = {HR_DTYPE_Q8_0, HR_DTYPE_Q4_0, HR_DTYPE_Q4_1,
                                      HR_DTYPE_Q5_0, HR_DTYPE_Q5_1, HR_DTYPE_Q4_K,
-                                     HR_DTYPE_Q5_K, HR_DTYPE_Q6_K};
+                                     HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_NF4,
+                                     HR_DTYPE_FP4};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         check_type(types[i]);
     check_mixed();
-    check_model();
+    check_models();
     TEST_END();
 }

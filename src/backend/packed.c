@@ -41,6 +41,10 @@ static const packed_fields fields[PACKED_COUNT] = {
                      {OFF(block_q6_K, ql), OFF(block_q6_K, qh), OFF(block_q6_K, scales),
                       OFF(block_q6_K, d)},
                      {128, 64, 16, 2}},
+    [PACKED_NF4] = {HR_DTYPE_NF4, QUANT_QK_NF4, sizeof(block_nf4),
+                    {OFF(block_nf4, qs), 0, OFF(block_nf4, d), 0}, {32, 0, 2, 0}},
+    [PACKED_FP4] = {HR_DTYPE_FP4, QUANT_QK_NF4, sizeof(block_nf4),
+                    {OFF(block_nf4, qs), 0, OFF(block_nf4, d), 0}, {32, 0, 2, 0}},
 };
 
 /* Q4_1 and Q5_1 keep d then m (4 bytes from d); Q4_K and Q5_K keep d, dmin
@@ -54,6 +58,7 @@ static const char *const names[PACKED_COUNT] = {
     [PACKED_W16] = "16-bit", [PACKED_Q8_0] = "q8_0", [PACKED_Q4_0] = "q4_0",
     [PACKED_Q4_1] = "q4_1",  [PACKED_Q5_0] = "q5_0", [PACKED_Q5_1] = "q5_1",
     [PACKED_Q4_K] = "q4_k",  [PACKED_Q5_K] = "q5_k", [PACKED_Q6_K] = "q6_k",
+    [PACKED_NF4] = "nf4",    [PACKED_FP4] = "fp4",
 };
 
 const char *packed_type_name(packed_type t) {

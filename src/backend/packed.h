@@ -16,6 +16,8 @@
  *   Q4_K  | K/2 (qs)              |                       | K/256 x 16 bytes: f16 d, f16 dmin, scales[12] |
  *   Q5_K  | K/2 (qs)              | K/256 x 32 (qh)       | K/256 x 16 bytes, as Q4_K |
  *   Q6_K  | K/2 (ql)              | K/4 (qh)              | K/256 x 16 int8 scales | K/256 f16 d
+ *   NF4   | K/2 (the block's qs)  |                       | K/64 f16 absmax    |
+ *   FP4   | K/2                   |                       | K/64 f16 absmax    |
  *
  * Within a block nothing moves: the bytes of each field are the block's own,
  * in its order (quant/blocks.h gives the decoding of element i), so a plane
@@ -46,6 +48,8 @@ typedef enum {
     PACKED_Q4_K,
     PACKED_Q5_K,
     PACKED_Q6_K,
+    PACKED_NF4, /* bitsandbytes' codebooks (quant/blocks.h's block_nf4) */
+    PACKED_FP4,
     PACKED_COUNT
 } packed_type;
 
@@ -63,7 +67,7 @@ typedef struct {
 
 enum { PACKED_PLANE_Q = 0, PACKED_PLANE_H = 1, PACKED_PLANE_S = 2, PACKED_PLANE_D = 3 };
 
-/* elements a block of the type holds (32, or 256 for K-quants) */
+/* elements a block of the type holds (32, 64 for NF4/FP4, 256 for K-quants) */
 int packed_block(packed_type t);
 /* bytes of row r of plane i for K elements (0: no such plane) */
 int64_t packed_row_bytes(packed_type t, int plane, int64_t K);

@@ -161,6 +161,20 @@ typedef struct {
 static_assert(sizeof(block_nf4) == 34, "block_nf4 must be 34 bytes (hr_dtype_table)");
 #define QUANT_QK_NF4 64
 
+/* The tables' values, as initializers: q_codebook.c's arrays and the CUDA
+ * kernels' constants (backend/cuda/packed.cuh) come from these lines. */
+#define QUANT_NF4_VALUES                                                       \
+    {-0x1.000000p+0f, -0x1.647362p-1f, -0x1.0cd660p-1f, -0x1.946540p-2f,       \
+     -0x1.23449ap-2f, -0x1.7a6a7ep-3f, -0x1.74f0e2p-4f, 0.0f,                  \
+     0x1.45f5fep-4f,  0x1.4995c6p-3f,  0x1.f809bap-3f,  0x1.5a0674p-2f,        \
+     0x1.c34970p-2f,  0x1.200f56p-1f,  0x1.722766p-1f,  0x1.000000p+0f}
+/* FP4 (e2m1 with bitsandbytes' own exponent bias): sign bit 3 */
+#define QUANT_FP4_VALUES                                                       \
+    {0.0f,            0x1.555556p-8f,  0x1.555556p-1f,  1.0f,                  \
+     0x1.555556p-2f,  0.5f,            0x1.555556p-3f,  0.25f,                 \
+     0.0f,            -0x1.555556p-8f, -0x1.555556p-1f, -1.0f,                 \
+     -0x1.555556p-2f, -0.5f,           -0x1.555556p-3f, -0.25f}
+
 extern const float quant_nf4_values[16];
 extern const float quant_fp4_values[16];
 

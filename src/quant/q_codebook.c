@@ -15,20 +15,9 @@
 #include <math.h>
 
 /* bitsandbytes' tables (functional.get_4bit_type), as the f32 values its
- * checkpoints store in quant_map. */
-const float quant_nf4_values[16] = {
-    -0x1.000000p+0f, -0x1.647362p-1f, -0x1.0cd660p-1f, -0x1.946540p-2f,
-    -0x1.23449ap-2f, -0x1.7a6a7ep-3f, -0x1.74f0e2p-4f, 0.0f,
-    0x1.45f5fep-4f,  0x1.4995c6p-3f,  0x1.f809bap-3f,  0x1.5a0674p-2f,
-    0x1.c34970p-2f,  0x1.200f56p-1f,  0x1.722766p-1f,  0x1.000000p+0f,
-};
-/* FP4 (e2m1 with bitsandbytes' own exponent bias): sign bit 3 */
-const float quant_fp4_values[16] = {
-    0.0f,           0x1.555556p-8f,  0x1.555556p-1f,  1.0f,
-    0x1.555556p-2f, 0.5f,            0x1.555556p-3f,  0.25f,
-    0.0f,           -0x1.555556p-8f, -0x1.555556p-1f, -1.0f,
-    -0x1.555556p-2f, -0.5f,          -0x1.555556p-3f, -0.25f,
-};
+ * checkpoints store in quant_map (blocks.h holds the numbers). */
+const float quant_nf4_values[16] = QUANT_NF4_VALUES;
+const float quant_fp4_values[16] = QUANT_FP4_VALUES;
 
 static void dequantize(const float table[16], const void *src, float *dst, int64_t n) {
     const block_nf4 *b = src;

@@ -129,7 +129,8 @@ struct TypeInfo {
 static const TypeInfo kTypes[] = {
     {PACKED_Q8_0, HR_DTYPE_Q8_0}, {PACKED_Q4_0, HR_DTYPE_Q4_0}, {PACKED_Q4_1, HR_DTYPE_Q4_1},
     {PACKED_Q5_0, HR_DTYPE_Q5_0}, {PACKED_Q5_1, HR_DTYPE_Q5_1}, {PACKED_Q4_K, HR_DTYPE_Q4_K},
-    {PACKED_Q5_K, HR_DTYPE_Q5_K}, {PACKED_Q6_K, HR_DTYPE_Q6_K},
+    {PACKED_Q5_K, HR_DTYPE_Q5_K}, {PACKED_Q6_K, HR_DTYPE_Q6_K}, {PACKED_NF4, HR_DTYPE_NF4},
+    {PACKED_FP4, HR_DTYPE_FP4},
 };
 
 static const char *dt_name(ck_dtype dt) { return dt == CK_BF16 ? "bf16" : "f16"; }
@@ -246,7 +247,9 @@ static void make_random(HostPacked &h, packed_type t, int64_t N, int64_t K, Rng 
     case PACKED_Q4_0:
     case PACKED_Q5_0:
     case PACKED_Q4_1:
-    case PACKED_Q5_1: /* d, or d and m: all f16 */
+    case PACKED_Q5_1:
+    case PACKED_NF4:
+    case PACKED_FP4: /* d, or d and m, or the absmax: all f16 */
         for (size_t i = 0; i < s.size(); i += 2)
             put(s, i);
         break;
@@ -392,6 +395,47 @@ static HostXq host_quantize(const std::vector<uint16_t> &x, int64_t off, int64_t
     return h;
 }
 
+/* Element k of row r as the GEMV multiplies it: the reference's value,
+ * but for NF4/FP4 the table value at 2^-14 (packed.cuh) times the absmax. */
+static double gemv_weight(const HostPacked &h, int64_t r, int64_t k) {
+    if (!pk_is_codebook(h.t))
+        return (double)h.deq[(size_t)(r * h.K + k)];
+    const uint8_t q = h.plane[PACKED_PLANE_Q][(size_t)(r * (h.K / 2) + 32 * (k / 64) + k % 32)];
+    uint16_t d;
+    memcpy(&d, &h.plane[PACKED_PLANE_S][(size_t)(r * (h.K / 32) + 2 * (k / 64))], 2);
+    const int code = k % 64 >= 32 ? q >> 4 : q & 15;
+    return pk_cb16(kPkCodebook[h.t == PACKED_FP4][code]) / (double)PK_CB_ONE *
+           (double)hr_f16_to_f32(d);
+}
+
+/* the codebooks in packed.cuh against quant/'s: the f32 tables bit for bit,
+ * the 16-bit ones as lrintf rounds (pk_cb16 rounds halves away from zero) */
+static void check_codebooks() {
+    int bad = 0;
+    for (int t = 0; t < 2; t++) {
+        const float *q = t ? quant_fp4_values : quant_nf4_values;
+        for (int i = 0; i < 16; i++) {
+            bad += f32_bits(kPkCodebook[t][i]) != f32_bits(q[i]);
+            bad += pk_cb16(q[i]) != (int)lrintf(q[i] * PK_CB_ONE);
+            const uint32_t lo = (pk_cb_word(t, i / 4) >> (8 * (i % 4))) & 0xffu;
+            const uint32_t hi = (pk_cb_word(t, 4 + i / 4) >> (8 * (i % 4))) & 0xffu;
+            bad += (int)(int16_t)(lo | hi << 8) != pk_cb16(q[i]);
+        }
+        for (uint32_t c = 0; c < 65536; c += 7) { /* four codes a word, through the lookup */
+            const uint32_t codes = (c & 15) | ((c >> 4) & 15) << 8 | ((c >> 8) & 15) << 16 |
+                                   ((c >> 12) & 15) << 24;
+            uint32_t w01, w23;
+            pk_cb_lookup4(t, codes, w01, w23);
+            const uint32_t w[4] = {w01 & 0xffffu, w01 >> 16, w23 & 0xffffu, w23 >> 16};
+            for (int j = 0; j < 4; j++)
+                bad += (int)(int16_t)w[j] != pk_cb16(q[(codes >> (8 * j)) & 15]);
+        }
+    }
+    check(bad == 0, "codebooks: packed.cuh's NF4/FP4 tables equal quant/'s (f32 bit for bit, "
+                    "16-bit as lrintf), the four-code lookup too: %d differ",
+          bad);
+}
+
 /* double reference of y (q, r) without bias, and its scale A (file comment) */
 static void gemv_ref(const HostPacked &h, const HostXq &x, int64_t r, int q, double &ref,
                      double &A) {
@@ -404,7 +448,7 @@ static void gemv_ref(const HostPacked &h, const HostXq &x, int64_t r, int q, dou
         for (int i = 0; i < 32; i++) {
             const int64_t k = b * 32 + i;
             const double xh = dx * x.codes[(size_t)(q * K + k)];
-            const double t = (double)h.deq[(size_t)(r * K + k)] * xh;
+            const double t = gemv_weight(h, r, k) * xh;
             ref += t;
             A += fabs(t);
             xs += fabs(xh);
@@ -1334,6 +1378,7 @@ int main(int argc, char **argv) {
         }
     }
     if (g_host) {
+        check_codebooks();
         host_replay();
         printf("packed_check (host replay): %d passed, %d failed\n", g_pass, g_fail);
         return g_fail ? 1 : 0;
@@ -1351,6 +1396,7 @@ int main(int argc, char **argv) {
         mma_timing();
         return 0;
     }
+    check_codebooks();
     check_quantize();
     device_checks();
     if (g_timing) {

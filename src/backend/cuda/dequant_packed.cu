@@ -24,6 +24,7 @@ constexpr unsigned kDqMaxGridY = 65535; /* rows beyond it loop */
 template <int TY, typename T, bool VEC>
 __global__ void __launch_bounds__(kDqThreads)
     dequant_kernel(T *dst, int64_t ld, PkPlanes w, int64_t r0, int64_t n_rows) {
+    pk_codebook_to_shared<TY>(w);
     const int g = blockIdx.x * kDqThreads + threadIdx.x;
     if (g >= w.K / 8)
         return;
@@ -54,6 +55,7 @@ __global__ void __launch_bounds__(kDqThreads)
 template <int TY>
 __global__ void __launch_bounds__(kDqThreads)
     embed_packed_kernel(float *x, int64_t ldx, PkPlanes w, const int32_t *tokens, int n) {
+    pk_codebook_to_shared<TY>(w);
     pdl_wait(); /* the ids come from the previous kernel (the sampler) */
     pdl_release();
     const int g = blockIdx.x * kDqThreads + threadIdx.x;

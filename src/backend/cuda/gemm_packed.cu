@@ -58,6 +58,7 @@ __global__ void __launch_bounds__(32 * WK)
                        PkPlanes w, const float *bias, int n) {
     constexpr int BN = 8 * NT;
     __shared__ float part[WK][16][BN + 1]; /* +1: the column writes spread over banks */
+    pk_codebook_to_shared<TY>(w);
     const int lane = threadIdx.x & 31, kw = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int64_t row0 = (int64_t)blockIdx.x * BN;
     float acc[MT][NT][4];

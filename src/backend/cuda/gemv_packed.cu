@@ -29,6 +29,9 @@
  *   Q6_K       16 elements of two 16-element groups (ql low and high
  *              nibbles, two bits of 16 qh bytes, -32 by __vsub4): (d sc) dx
  *              isum each, sc int8
+ *   NF4, FP4   16 elements of each half of a block of 64 (low and high
+ *              nibbles), looked up as 16-bit table values (2^-14 steps):
+ *              d 2^-14 (dx0 isum0 + dx1 isum1), isum by __dp2a
  * Sums are f32 from here on (the lanes' partials, a butterfly of shuffles),
  * so y equals sum_k W_deq[r][k] x^[k] up to f32 rounding and order.
  *
@@ -349,6 +352,70 @@ PK_UNROLL
         return u.ds0 * x.dx0 * (float)dot4(u.lo, x.a) + u.ds1 * x.dx1 * (float)dot4(u.hi, x.b);
     }
 };
+
+/* NF4, FP4: chunk c is half of block c / 2 (64 elements, 32 qs bytes):
+ * its 16 bytes' low nibbles are elements 16 (c % 2) + i of the block,
+ * activation block 2 (c / 2), and their high nibbles the same 32 later,
+ * activation block 2 (c / 2) + 1. The codes become 16-bit table values
+ * (packed.cuh: the table at 2^-14), multiplied with the activations by
+ * __dp2a: the CPU's FAST arithmetic. */
+template <int TY> struct GvCodebook {
+    static constexpr int kTab = TY == PACKED_FP4;
+    struct Raw {
+        uint4 q;
+        uint32_t s; /* f16 absmax */
+    };
+    struct Unp {
+        uint32_t lo[8], hi[8]; /* 16-bit values of elements (2i, 2i + 1) of each half */
+        float d;               /* absmax 2^-14 */
+    };
+    struct X {
+        uint4 a, b;
+        float dx0, dx1;
+    };
+    static PK_HD Raw load(const PkRow &r, int c) {
+        Raw w;
+        w.q = pk_ld_stream16(r.q + 16 * (int64_t)c);
+        w.s = pk_ld_stream2(r.s + 2 * (int64_t)(c >> 1));
+        return w;
+    }
+    static PK_HD Unp unpack(const Raw &w, int) {
+        Unp u;
+        const uint32_t qw[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
+PK_UNROLL
+        for (int i = 0; i < 4; i++) {
+            pk_cb_lookup4(kTab, qw[i] & 0x0f0f0f0fu, u.lo[2 * i], u.lo[2 * i + 1]);
+            pk_cb_lookup4(kTab, (qw[i] >> 4) & 0x0f0f0f0fu, u.hi[2 * i], u.hi[2 * i + 1]);
+        }
+        u.d = pk_f16(w.s) * (1.0f / PK_CB_ONE);
+        return u;
+    }
+    static PK_HD X load_x(const PkXq &x, uint32_t xb, int c) {
+        X v;
+        const uint32_t b = xb + 2 * (uint32_t)(c >> 1);
+        const uint32_t o = 32 * b + 16 * (uint32_t)(c & 1);
+        v.a = pk_ld_cached16(x.codes + o);
+        v.b = pk_ld_cached16(x.codes + (o + 32));
+        v.dx0 = pk_ld_cached_f32(x.d + b);
+        v.dx1 = pk_ld_cached_f32(x.d + (b + 1));
+        return v;
+    }
+    static PK_HD int dot16(const uint32_t w[8], const uint4 &a) {
+        int s = pk_dp2a_lo(w[0], a.x, 0);
+        s = pk_dp2a_hi(w[1], a.x, s);
+        s = pk_dp2a_lo(w[2], a.y, s);
+        s = pk_dp2a_hi(w[3], a.y, s);
+        s = pk_dp2a_lo(w[4], a.z, s);
+        s = pk_dp2a_hi(w[5], a.z, s);
+        s = pk_dp2a_lo(w[6], a.w, s);
+        return pk_dp2a_hi(w[7], a.w, s);
+    }
+    static PK_HD float dot(const Unp &u, const X &x) {
+        return u.d * (x.dx0 * (float)dot16(u.lo, x.a) + x.dx1 * (float)dot16(u.hi, x.b));
+    }
+};
+template <> struct Gv<PACKED_NF4> : GvCodebook<PACKED_NF4> {};
+template <> struct Gv<PACKED_FP4> : GvCodebook<PACKED_FP4> {};
 
 struct GvArgs {
     void *y;

@@ -12,6 +12,7 @@
 #define HR_BACKEND_CUDA_PACKED_CUH
 
 #include "backend/cuda/kernels_packed.h"
+#include "quant/blocks.h" /* QUANT_NF4_VALUES, QUANT_FP4_VALUES */
 
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -135,6 +136,39 @@ PK_HD uint32_t pk_vsub4(uint32_t v, uint32_t k) {
 #endif
 }
 
+/* byte n of the result = byte (s >> 4n) & 7 of the pair (x: bytes 0..3,
+ * y: 4..7), n = 0..3 */
+PK_HD uint32_t pk_byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#ifdef __CUDA_ARCH__
+    return __byte_perm(x, y, s);
+#else
+    const uint64_t v = (uint64_t)x | (uint64_t)y << 32;
+    uint32_t r = 0;
+    for (int n = 0; n < 4; n++)
+        r |= (uint32_t)(uint8_t)(v >> (8 * ((s >> (4 * n)) & 7u))) << (8 * n);
+    return r;
+#endif
+}
+
+/* c + the two products of the int16 halves of a with int8 bytes 0, 1 (lo)
+ * or 2, 3 (hi) of b */
+PK_HD int pk_dp2a_lo(uint32_t a, uint32_t b, int c) {
+#ifdef __CUDA_ARCH__
+    return __dp2a_lo((int)a, (int)b, c);
+#else
+    return c + (int)(int16_t)(a & 0xffffu) * (int)(int8_t)(uint8_t)b +
+           (int)(int16_t)(a >> 16) * (int)(int8_t)(uint8_t)(b >> 8);
+#endif
+}
+PK_HD int pk_dp2a_hi(uint32_t a, uint32_t b, int c) {
+#ifdef __CUDA_ARCH__
+    return __dp2a_hi((int)a, (int)b, c);
+#else
+    return c + (int)(int16_t)(a & 0xffffu) * (int)(int8_t)(uint8_t)(b >> 16) +
+           (int)(int16_t)(a >> 16) * (int)(int8_t)(uint8_t)(b >> 24);
+#endif
+}
+
 /* The reference's float products, never contracted into an FMA (nvcc
  * contracts a * b + c by default; quant/ is compiled with
  * -ffp-contract=off). */
@@ -172,6 +206,67 @@ PK_HD void pk_k4_scale_min(uint32_t s0, uint32_t s1, uint32_t s2, int j, int &sc
     mn = (int)((mnw >> sh) & 0xffu);
 }
 
+/* ---- NF4 and FP4: bitsandbytes' codebooks (quant/blocks.h)
+ *
+ * Exact decoding (pk_decode8) looks the f32 value up in a table the kernel
+ * keeps in shared memory (pk_codebook_to_shared): 8 lanes asking constant
+ * memory for 8 different codes would be served one after another. The
+ * GEMV multiplies integers instead, as the CPU's FAST kernel does
+ * (cpu/matmul_nf4_avx512.c): the table rounded once to multiples of 2^-14
+ * (each weight within 2^-15 of its block's absmax of the exact one), as
+ * 16-bit values against the 8-bit activations (__dp2a). The 16 values'
+ * low and high bytes sit in 8 words, and __byte_perm looks up four codes
+ * at once. */
+__host__ __device__ constexpr bool pk_is_codebook(int ty) { return ty == PACKED_NF4 || ty == PACKED_FP4; }
+
+constexpr float kPkCodebook[2][16] = {QUANT_NF4_VALUES, QUANT_FP4_VALUES};
+#define PK_CB_ONE 16384.0f /* 2^14: the 16-bit table's 1.0 */
+
+/* round to nearest, halves away from zero (no value of either table is a
+ * half: packed_check compares with lrintf) */
+constexpr int pk_cb16(float v) {
+    return v >= 0.0f ? (int)(v * PK_CB_ONE + 0.5f) : -(int)(-v * PK_CB_ONE + 0.5f);
+}
+
+struct PkCbWords {
+    uint32_t w[8]; /* 0..3: low bytes of values 4i..4i+3; 4..7: their high bytes */
+};
+constexpr PkCbWords pk_cb_words(int tab) {
+    PkCbWords r{};
+    for (int i = 0; i < 16; i++) {
+        const uint32_t v = (uint32_t)pk_cb16(kPkCodebook[tab][i]) & 0xffffu;
+        r.w[i / 4] |= (v & 0xffu) << (8 * (i % 4));
+        r.w[4 + i / 4] |= (v >> 8) << (8 * (i % 4));
+    }
+    return r;
+}
+static __constant__ PkCbWords pk_cb_words_dev[2] = {pk_cb_words(0), pk_cb_words(1)};
+static __constant__ float pk_codebook_dev[2][16] = {QUANT_NF4_VALUES, QUANT_FP4_VALUES};
+
+PK_HD uint32_t pk_cb_word(int tab, int i) {
+#ifdef __CUDA_ARCH__
+    return pk_cb_words_dev[tab].w[i];
+#else
+    static constexpr PkCbWords host[2] = {pk_cb_words(0), pk_cb_words(1)};
+    return host[tab].w[i];
+#endif
+}
+
+/* The 16-bit values of four codes (one a byte of c, each < 16) of table
+ * tab, paired for __dp2a: w01 = (v0, v1), w23 = (v2, v3). */
+PK_HD void pk_cb_lookup4(int tab, uint32_t c, uint32_t &w01, uint32_t &w23) {
+    /* selector nibbles c0..c3 with bit 3 cleared, and a byte mask of the
+     * codes >= 8, which take the table's upper half */
+    const uint32_t sel = pk_byte_perm(c | c >> 4, 0u, 0x0020u) & 0x7777u;
+    const uint32_t up = ((c >> 3) & 0x01010101u) * 0xffu;
+    const uint32_t lo = (pk_byte_perm(pk_cb_word(tab, 0), pk_cb_word(tab, 1), sel) & ~up) |
+                        (pk_byte_perm(pk_cb_word(tab, 2), pk_cb_word(tab, 3), sel) & up);
+    const uint32_t hi = (pk_byte_perm(pk_cb_word(tab, 4), pk_cb_word(tab, 5), sel) & ~up) |
+                        (pk_byte_perm(pk_cb_word(tab, 6), pk_cb_word(tab, 7), sel) & up);
+    w01 = pk_byte_perm(lo, hi, 0x5140u);
+    w23 = pk_byte_perm(lo, hi, 0x7362u);
+}
+
 /* ---- the 8-bit activations (kernels_packed.h): section offsets */
 PK_HD size_t pk_align16(size_t b) { return (b + 15) / 16 * 16; }
 
@@ -199,6 +294,9 @@ struct PkPlanes {
     const uint8_t *q, *h, *s, *d;
     int64_t rq, rh, rs, rd; /* row bytes of each plane */
     int N, K;
+    /* NF4/FP4: the f32 codebook pk_decode8 reads (the host's table; a
+     * kernel points it at its shared copy: pk_codebook_to_shared) */
+    const float *tab;
 };
 
 static inline PkPlanes pk_planes(const packed_matrix *W) {
@@ -213,11 +311,27 @@ static inline PkPlanes pk_planes(const packed_matrix *W) {
     p.rd = W->row_bytes[PACKED_PLANE_D];
     p.N = (int)W->N;
     p.K = (int)W->K;
+    p.tab = pk_is_codebook(W->type) ? kPkCodebook[W->type == PACKED_FP4] : nullptr;
     return p;
 }
 
+#ifdef __CUDACC__
+/* For a kernel that decodes NF4/FP4 with pk_decode8: the block's shared
+ * copy of the f32 codebook, p.tab pointed at it. Every thread of the block
+ * calls it (a barrier), before any returns. */
+template <int TY> __device__ __forceinline__ void pk_codebook_to_shared(PkPlanes &p) {
+    if constexpr (pk_is_codebook(TY)) {
+        __shared__ float tab[16];
+        if (threadIdx.x < 16)
+            tab[threadIdx.x] = pk_codebook_dev[TY == PACKED_FP4][threadIdx.x];
+        __syncthreads();
+        p.tab = tab;
+    }
+}
+#endif
+
 /* Elements e0 .. e0 + 7 (e0 % 8 == 0) of row `row`, in f32, evaluated as
- * quant/q_legacy.c and quant/q_kquants.c do (the same products in the same
+ * quant/q_legacy.c, q_kquants.c and q_codebook.c do (the same products in the same
  * order, so bit for bit). Bytes come from 8-byte loads: every group of 8
  * lies in one block and, within it, in 8 consecutive code bytes. */
 template <int TY>
@@ -287,6 +401,17 @@ PK_UNROLL
             }
             out[i] = pk_sub(pk_mul(d1, (float)code), m1);
         }
+    } else if (pk_is_codebook(TY)) {
+        /* element j < 32: low nibble of byte j; j >= 32: high nibble of byte j - 32 */
+        const int b = e0 / 64, j0 = e0 % 64;
+        const uint2 c = pk_ld_stream8(q + 32 * b + (j0 & 31));
+        const int shift = j0 >= 32 ? 4 : 0;
+        const float d = pk_f16(pk_ld_stream2(s + 2 * b));
+PK_UNROLL
+        for (int i = 0; i < 8; i++) {
+            const uint32_t w = i < 4 ? c.x : c.y;
+            out[i] = pk_mul(p.tab[(w >> (8 * (i & 3) + shift)) & 15u], d);
+        }
     } else { /* PACKED_Q6_K */
         const int sb = e0 / 256, e = e0 % 256, hf = e / 128, quarter = (e % 128) / 32,
                   n0 = e % 32;
@@ -319,6 +444,8 @@ PK_UNROLL
         case PACKED_Q4_K: { constexpr int TY = PACKED_Q4_K; __VA_ARGS__; } break;             \
         case PACKED_Q5_K: { constexpr int TY = PACKED_Q5_K; __VA_ARGS__; } break;             \
         case PACKED_Q6_K: { constexpr int TY = PACKED_Q6_K; __VA_ARGS__; } break;             \
+        case PACKED_NF4: { constexpr int TY = PACKED_NF4; __VA_ARGS__; } break;               \
+        case PACKED_FP4: { constexpr int TY = PACKED_FP4; __VA_ARGS__; } break;               \
         default: break;                                                                        \
         }                                                                                      \
     } while (0)
