@@ -1511,18 +1511,20 @@ class Harness:
         def worker(i):
             p = self.comp_payload(NAMES[i % len(NAMES)] + ":", 200, stream=i % 2 == 0)
             if i % 2 == 0:
-                res = self.http.stream("/v1/completions", p, timeout=t + 60,
-                                       deadline=time.perf_counter() + 120)
+                res = self.http.stream("/v1/completions", p, timeout=t + 240,
+                                       deadline=time.perf_counter() + 240)
                 results[i] = (res.status == 200 and res.done, time.perf_counter() - t0)
             else:
-                r = self.http.request("POST", "/v1/completions", p, timeout=t + 60)
+                r = self.http.request("POST", "/v1/completions", p, timeout=t + 240)
                 results[i] = (r.status == 200, time.perf_counter() - t0)
 
         threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
         for th in threads:
             th.start()
+        # generous client limits: under ASan on 2 cores the burst's last replies
+        # came after 62 s (CI, 2026-12-06), and the client, not the server, gave up
         for th in threads:
-            th.join(150)
+            th.join(300)
         done = sum(1 for r in results if r and r[0])
         longest = max((r[1] for r in results if r), default=0.0)
         self.check("idle: %d requests (half streamed) that take up to %.1f s, beyond the %g s "
