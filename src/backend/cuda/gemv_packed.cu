@@ -401,14 +401,12 @@ PK_UNROLL
         return v;
     }
     static PK_HD int dot16(const uint32_t w[8], const uint4 &a) {
-        int s = pk_dp2a_lo(w[0], a.x, 0);
-        s = pk_dp2a_hi(w[1], a.x, s);
-        s = pk_dp2a_lo(w[2], a.y, s);
-        s = pk_dp2a_hi(w[3], a.y, s);
-        s = pk_dp2a_lo(w[4], a.z, s);
-        s = pk_dp2a_hi(w[5], a.z, s);
-        s = pk_dp2a_lo(w[6], a.w, s);
-        return pk_dp2a_hi(w[7], a.w, s);
+        const uint32_t aw[4] = {a.x, a.y, a.z, a.w};
+        int s = 0;
+PK_UNROLL
+        for (int i = 0; i < 4; i++) /* word i: activations 4i..4i+3 */
+            s = pk_dp2a_hi(w[2 * i + 1], aw[i], pk_dp2a_lo(w[2 * i], aw[i], s));
+        return s;
     }
     static PK_HD float dot(const Unp &u, const X &x) {
         return u.d * (x.dx0 * (float)dot16(u.lo, x.a) + x.dx1 * (float)dot16(u.hi, x.b));
