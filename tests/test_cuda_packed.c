@@ -168,10 +168,9 @@ static void check_matmul(gpu *g, const be_weight *w, const float *wdq, const flo
     free(y16);
 }
 
-static void check_type(hr_dtype t) {
+static void check_type(hr_dtype t, int64_t K, int64_t N) {
     hr_error err;
-    const int64_t block = packed_block(packed_type_of(t));
-    const int64_t K = block == 256 ? 768 : block == 64 ? 320 : 352, N = 75, V = 37; /* odd rows */
+    const int64_t V = 37;
     hr_model_info in = {.n_embd = (int32_t)K, .n_layer = 1, .n_head = 4, .n_head_kv = 4,
                         .head_dim = 64, .n_ff = (int32_t)N, .n_vocab = (int32_t)V,
                         .rms_eps = 1e-5f, .rope_theta = 10000.0f};
@@ -356,8 +355,13 @@ int main(void) {
                                      HR_DTYPE_Q5_0, HR_DTYPE_Q5_1, HR_DTYPE_Q4_K,
                                      HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_NF4,
                                      HR_DTYPE_FP4};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        check_type(types[i]);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        /* odd row counts and an odd block count; then the fixtures' shape:
+         * rows of one or two blocks (K 64 or the one super-block) */
+        const int64_t block = packed_block(packed_type_of(types[i]));
+        check_type(types[i], block == 256 ? 768 : block == 64 ? 320 : 352, 75);
+        check_type(types[i], block == 256 ? 256 : 64, 128);
+    }
     check_mixed();
     check_models();
     TEST_END();
