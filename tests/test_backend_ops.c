@@ -6,7 +6,10 @@
  * real models, in one step that mixes a prefill from position 0, a decode
  * row deep into a cached sequence and a prefill continuing a cached one.
  * Attention runs three times per shape: flash, flash with every decode step
- * in one split, and naive. Then a whole layer as a decode step of one row,
+ * in one split, and naive; and where the head size allows, flash and naive
+ * over a q8_0 cache on both sides (each quantizes its own k and v: the
+ * GPU's k is rounded to the compute type first, so a code may differ by
+ * one step, ~1/127 of its block's largest value, within the tolerance). Then a whole layer as a decode step of one row,
  * which the GPU runs as one persistent kernel at the shapes it takes.
  * One line per (op, shape): NMSE and the worst |a - b| / (atol + rtol |ref|).
  * Without a CUDA device (CI) it prints "SKIP: no CUDA device" and exits 77.
@@ -222,7 +225,7 @@ static void add_segment(step_buf *s, const int32_t *bt, int max_blocks, int BS, 
  * flash-decoding splits, flash with every decode step in one split (the
  * decode kernel then writes the output: hr_tuning.dec_fill 1), or the naive
  * kernel */
-typedef enum { ATTN_FLASH, ATTN_FLASH_ONE_SPLIT, ATTN_NAIVE } attn_mode;
+typedef enum { ATTN_FLASH, ATTN_FLASH_ONE_SPLIT, ATTN_NAIVE, ATTN_FLASH_Q8, ATTN_NAIVE_Q8 } attn_mode;
 
 /* A whole layer as a decode step of one row (sequence 1 at position 201:
  * 7 flash-decoding splits a head, merged in two rounds of split_merge):
@@ -291,7 +294,8 @@ static void check_decode_step(const shape *sh, side *C, side *G, const int32_t *
 }
 
 static void run_shape(const shape *sh, attn_mode mode) {
-    const bool naive = mode == ATTN_NAIVE, all_ops = mode == ATTN_FLASH;
+    const bool naive = mode == ATTN_NAIVE || mode == ATTN_NAIVE_Q8, all_ops = mode == ATTN_FLASH;
+    const bool q8 = mode == ATTN_FLASH_Q8 || mode == ATTN_NAIVE_Q8; /* a q8_0 cache */
     const int32_t dec_fill = mode == ATTN_FLASH_ONE_SPLIT ? 1 : 0; /* a target of 1 block */
     hr_error err;
     const hr_dtype ck = sh->ck;
@@ -315,7 +319,8 @@ static void run_shape(const shape *sh, attn_mode mode) {
     }
     be_config cfg = {.max_rows = 256, .max_out = 16, .n_seq_max = n_seq,
                      .max_blocks_per_seq = max_blocks, .n_block = n_seq * max_blocks,
-                     .block_size = BS, .kv_dtype = ck, .rope_inv_freq = inv_freq};
+                     .block_size = BS, .kv_dtype = q8 ? HR_DTYPE_Q8_0 : ck,
+                     .kv_dtype_v = q8 ? HR_DTYPE_Q8_0 : ck, .rope_inv_freq = inv_freq};
     const float wscale = 1.0f / sqrtf((float)sh->D);
     model_tensor q = make_tensor("q", sh->D, (int64_t)sh->H * sh->Dh, ck, wscale),
                  k = make_tensor("k", sh->D, (int64_t)sh->Hkv * sh->Dh, ck, wscale),
@@ -346,8 +351,10 @@ static void run_shape(const shape *sh, attn_mode mode) {
     const hr_backend_ops *co = cb->ops, *go = gb->ops;
     const int64_t qkv_cols = (int64_t)(sh->H + 2 * sh->Hkv) * sh->Dh;
     char label[64];
-    snprintf(label, sizeof label, "%s",
-             naive ? "attn naive" : all_ops ? "attn flash" : "attn flash 1 split");
+    snprintf(label, sizeof label, "%s%s",
+             naive ? "attn naive" : mode == ATTN_FLASH_ONE_SPLIT ? "attn flash 1 split"
+                                                                 : "attn flash",
+             q8 ? " q8_0 kv" : "");
 
     /* history: 200 cached positions of sequence 1 and 40 of sequence 2 */
     step_buf hist = {.step = {.block_tables = bt}};
@@ -525,6 +532,10 @@ int main(void) {
         run_shape(&shapes[i], ATTN_FLASH);
         run_shape(&shapes[i], ATTN_FLASH_ONE_SPLIT);
         run_shape(&shapes[i], ATTN_NAIVE);
+        if (shapes[i].Dh % 32 == 0) { /* a q8_0 cache: blocks of 32 values */
+            run_shape(&shapes[i], ATTN_FLASH_Q8);
+            run_shape(&shapes[i], ATTN_NAIVE_Q8);
+        }
     }
     TEST_END();
 }

@@ -5,8 +5,8 @@
  *     types (q8_0, q4_0 and K:V mixes included), and a block type's bytes
  *     per token are head_dim / 32 blocks per row, K and V each their own;
  *   - a smaller KV type is suggested when the context does not fit: 16-bit,
- *     else q8_0, else q4_0 (on the cpu; never a block type on cuda, which
- *     refuses them with a clear message, as it refuses K and V apart);
+ *     else q8_0, else q4_0 (q4_0 on the cpu only: cuda refuses it with a
+ *     clear message, as it refuses K and V apart, and suggests q8_0);
  *   - a plan over budget is refused by hr_engine_create before anything is
  *     allocated (the allocation counter does not move);
  *   - the suggestions are tight: the context and sequence count it offers
@@ -209,8 +209,9 @@ static void kv_block_types(const hr_model *m) {
     CHECK_EQ_I64(hr_plan_compute(m, &p, &pl, &err), HR_ERR_INVALID);
 }
 
-/* cuda refuses block KV types, and K and V apart, before anything is loaded;
- * a head size that 32 does not divide is refused on any device */
+/* cuda plans a q8_0 cache (the cpu's bytes) and suggests it; it refuses
+ * q4_0, and K and V apart, before anything is loaded; a head size that 32
+ * does not divide is refused on any device */
 static void kv_refusals(void) {
     hr_model_params mp = hr_model_params_default();
     mp.vocab_only = true;
@@ -225,9 +226,13 @@ static void kv_refusals(void) {
     p.mem_budget = 24ull << 30;
     hr_plan pl;
     p.kv_dtype = HR_DTYPE_Q8_0;
+    CHECK_OK(hr_plan_compute(m, &p, &pl, &err), &err);
+    CHECK_EQ_I64(pl.kv_per_token, 32 * 32 * 2 * 4 * 34);
+    const uint64_t q8_total = pl.total;
+    p.kv_dtype = HR_DTYPE_Q4_0;
     CHECK_EQ_I64(hr_plan_compute(m, &p, &pl, &err), HR_ERR_UNSUPPORTED);
-    CHECK_MSG(strstr(err.msg, "cuda: KV type q8_0 is not implemented on the GPU yet; "
-                              "--kv-dtype f16|bf16") != NULL,
+    CHECK_MSG(strstr(err.msg, "cuda: KV type q4_0 is not implemented on the GPU yet; "
+                              "--kv-dtype q8_0 or the compute type") != NULL,
               "message: %s", err.msg);
     p.kv_dtype = HR_DTYPE_BF16;
     p.kv_dtype_v = HR_DTYPE_Q4_0;
@@ -237,11 +242,12 @@ static void kv_refusals(void) {
     p.kv_dtype_v = HR_DTYPE_F16;
     CHECK_EQ_I64(hr_plan_compute(m, &p, &pl, &err), HR_ERR_UNSUPPORTED);
     CHECK_MSG(strstr(err.msg, "K and V in different types") != NULL, "message: %s", err.msg);
-    /* a cuda plan that does not fit suggests no block type */
+    /* a bf16 cache over the budget that a q8_0 one meets: q8_0 suggested */
     p.kv_dtype_v = HR_DTYPE_COUNT;
-    p.mem_budget = 14ull << 30;
+    p.mem_budget = q8_total;
     CHECK_OK(hr_plan_compute(m, &p, &pl, &err), &err);
-    CHECK(!pl.fits && pl.fit_kv_dtype == HR_DTYPE_COUNT);
+    CHECK(!pl.fits && pl.fit_kv_dtype == HR_DTYPE_Q8_0);
+    CHECK_EQ_I64(pl.fit_kv_total, q8_total);
     /* the cpu takes q8_0 at this shape (Dh 128), but not at a head size of 48:
      * the shapes are edited after loading (the refusal comes before they are
      * used) */

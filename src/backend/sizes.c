@@ -106,7 +106,7 @@ uint64_t sizes_vector(sizes_device d, const model_tensor *t) {
 bool sizes_kv_type_ok(sizes_device d, hr_dtype t) {
     if (t == HR_DTYPE_F32 || t == HR_DTYPE_F16 || t == HR_DTYPE_BF16)
         return true;
-    return d == SIZES_CPU && (t == HR_DTYPE_Q8_0 || t == HR_DTYPE_Q4_0);
+    return t == HR_DTYPE_Q8_0 || (d == SIZES_CPU && t == HR_DTYPE_Q4_0);
 }
 
 uint64_t sizes_kv_row_bytes(const hr_model_info *in, hr_dtype t) {

@@ -58,7 +58,7 @@ uint64_t sizes_weight_copy(const model_tensor *const *parts, int n_parts);
 uint64_t sizes_vector(sizes_device d, const model_tensor *t);
 /* Whether device d can hold a KV cache of type t: f32, f16 and bf16
  * everywhere (cuda: only its compute type, which the backend checks), q8_0
- * and q4_0 on the cpu only (no GPU kernels read them yet). */
+ * everywhere, q4_0 on the cpu only (no GPU kernel reads it yet). */
 bool sizes_kv_type_ok(sizes_device d, hr_dtype t);
 /* Bytes of one cached row (one token, one kv head: head_dim values) of type
  * t: head_dim elements, or head_dim / 32 blocks of a block type (head_dim a

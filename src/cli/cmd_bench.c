@@ -406,6 +406,17 @@ int cmd_bench(int argc, char **argv) {
                 }
                 const char *dname = cuda ? dtypes[dt_v[a]] : "f32";
                 const char *aname = cuda ? attns[attn_v[b]] : "-";
+                /* the cache's type as the engine resolves it (K:V when apart) */
+                const char *kname = o.ep.kv_dtype != HR_DTYPE_COUNT
+                                        ? hr_dtype_name(o.ep.kv_dtype)
+                                        : cuda ? dname : "f32";
+                const char *vname =
+                    o.ep.kv_dtype_v != HR_DTYPE_COUNT ? hr_dtype_name(o.ep.kv_dtype_v) : kname;
+                char kv_name[32];
+                if (strcmp(kname, vname) == 0)
+                    snprintf(kv_name, sizeof kv_name, "%s", kname);
+                else
+                    snprintf(kv_name, sizeof kv_name, "%s:%s", kname, vname);
                 const char *gname = cuda ? onoff[graph_v[g]] : "-";
                 const char *oname = cuda ? onoff[over_v[ov]] : "-";
                 const char *fname = !cuda ? "-" : want == HR_DTYPE_BF16 ? onoff[fold_v[f]] : "off";
@@ -419,7 +430,8 @@ int cmd_bench(int argc, char **argv) {
                     printf("{\"commit\": \"%s\", \"date\": \"%s\", \"machine\": \"%s\", "
                            "\"device\": \"%s\", \"path\": \"%s\", \"shape\": \"%s\", "
                            "\"weights\": \"%s\", "
-                           "\"dtype\": \"%s\", \"attn\": \"%s\", \"graphs\": \"%s\", "
+                           "\"dtype\": \"%s\", \"kv_dtype\": \"%s\", \"attn\": \"%s\", "
+                           "\"graphs\": \"%s\", "
                            "\"overlap\": \"%s\", \"norm_fold\": \"%s\", "
                            "\"expand\": %s, \"prefix_cache\": %s, \"shared_prefix\": %lld, "
                            "\"prefix_hit_tokens\": %llu, "
@@ -434,7 +446,7 @@ int cmd_bench(int argc, char **argv) {
                            hr_engine_device_desc(e),
                            hr_engine_device_name(e), hr_engine_device_path(e), shape,
                            o.weights_given && !o.synthetic ? o.weights_name : hr_dtype_name(wt),
-                           dname, aname,
+                           dname, kv_name, aname,
                            gname, oname, fname, o.ep.expand_weights ? "true" : "false",
                            o.ep.prefix_cache ? "true" : "false", (long long)shared,
                            (unsigned long long)hit_tokens, (long long)batch, (long long)prompt,

@@ -86,10 +86,10 @@ static const struct {
      "  --ctx N            tokens per sequence (default: the model's, or the most\n"
      "                     that fits)\n"},
     {OPT_KV_DTYPE, "--kv-dtype", NULL, ALL,
-     "  --kv-dtype TYPE    KV cache element type: f32, f16, bf16, and on the cpu\n"
-     "                     q8_0 and q4_0 (blocks of 32); K:V sets the two apart,\n"
-     "                     e.g. q8_0:q4_0 (default: f32 on the cpu, the compute\n"
-     "                     type on cuda)\n"},
+     "  --kv-dtype TYPE    KV cache element type: f32, f16, bf16, q8_0, and on the\n"
+     "                     cpu q4_0 (blocks of 32); K:V sets the two apart on\n"
+     "                     the cpu, e.g. q8_0:q4_0 (default: f32 on the cpu, the\n"
+     "                     compute type on cuda)\n"},
     {OPT_DTYPE, "--dtype", NULL, CLI_RUN | CLI_PERPLEXITY | CLI_PLAN | CLI_CHAT | CLI_SERVE,
      "  --dtype bf16|f16   cuda: compute type, and storage type of 16-bit weights\n"
      "                     (bf16); the cpu computes in f32 with the weights as stored\n"},

@@ -151,10 +151,10 @@ static hr_status check_kv_types(const hr_model *m, const hr_engine_params *p, hr
         if ((int)t < 0 || t >= HR_DTYPE_COUNT)
             return hr_err_set(err, HR_ERR_INVALID, "engine: %s cache type %d is not a dtype",
                               which, (int)t);
-        if (cuda && (t == HR_DTYPE_Q8_0 || t == HR_DTYPE_Q4_0))
+        if (cuda && t == HR_DTYPE_Q4_0)
             return hr_err_set(err, HR_ERR_UNSUPPORTED,
                               "cuda: KV type %s is not implemented on the GPU yet; "
-                              "--kv-dtype f16|bf16",
+                              "--kv-dtype q8_0 or the compute type",
                               hr_dtype_name(t));
         if (!sizes_kv_type_ok(cuda ? SIZES_CUDA : SIZES_CPU, t))
             return hr_err_set(err, HR_ERR_INVALID,

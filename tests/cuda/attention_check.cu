@@ -239,7 +239,7 @@ static void build(const case_spec *c, host_case &hc) {
         longest = std::max(longest, c->seg[i].n);
     hc.tile_rows = c->flags & T64    ? CK_ATT_TILE
                    : c->flags & T128 ? CK_ATT_TILE_WIDE
-                                     : ck_attention_tile_rows(longest, c->H, c->Dh);
+                                     : ck_attention_tile_rows(longest, c->H, c->Dh, 0);
 
     /* shuffled physical blocks */
     std::vector<int32_t> perm(hc.NB);

@@ -145,6 +145,39 @@ __device__ __forceinline__ int warp_max_int(int v) {
     return v;
 }
 
+/* A q8_0 cache (kv_q8): pools of int8 codes with one f16 scale per 32
+ * (ck_kv_pools). Eight values at element offset o (a multiple of 8, inside
+ * one block of 32), as ck: code times scale in f32, rounded once, so the
+ * kernels below go on from shared memory exactly as from a ck cache. */
+template <typename T>
+__device__ __forceinline__ uint4 q8_to_ck(uint2 codes, float d) {
+    float f[8];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        f[e] = (float)(int8_t)(codes.x >> (8 * e)) * d;
+        f[4 + e] = (float)(int8_t)(codes.y >> (8 * e)) * d;
+    }
+    return make_uint4(ck_pair<T>::pack(f[0], f[1]), ck_pair<T>::pack(f[2], f[3]),
+                      ck_pair<T>::pack(f[4], f[5]), ck_pair<T>::pack(f[6], f[7]));
+}
+
+__device__ __forceinline__ uint2 q8_codes(const void *pool, int64_t o) {
+    return __ldg(reinterpret_cast<const uint2 *>(static_cast<const int8_t *>(pool) + o));
+}
+
+__device__ __forceinline__ float q8_scale(const void *scales, int64_t o) {
+    return __half2float(__ldg(static_cast<const __half *>(scales) + o / 32));
+}
+
+/* one cached value, f32 (the naive kernel) */
+template <typename T, bool Q8>
+__device__ __forceinline__ float kv_value(const void *pool, const void *scales, int64_t o) {
+    if constexpr (Q8)
+        return (float)static_cast<const int8_t *>(pool)[o] * q8_scale(scales, o);
+    else
+        return ck_to_f32(static_cast<const T *>(pool)[o]);
+}
+
 /* ------------------------------------------------------------ decode */
 
 #define DEC_WARPS 4
@@ -186,7 +219,7 @@ static constexpr size_t decode_smem_bytes() {
 /* 3 blocks per SM: what shared memory allows at Dh 128 with GB <= 4 (2 at
  * GB 8); the register cap that follows (168) holds every instance (165 at
  * most, no spills), while without the hint ptxas spilled a few bytes in some */
-template <typename T, int DH, int GB>
+template <typename T, int DH, int GB, bool Q8>
 __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode_kernel(const ck_attn_args a) {
     constexpr int NV = DH / 8;          /* 16-byte pieces per K/V row */
     constexpr int LDS = DH + 8;         /* padded shared row: lane rows in distinct banks */
@@ -244,7 +277,38 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode_kernel(const ck
         off_w[lane] = lane < n_valid ? kv_row(a, bt, g, c0 + lane) : -1;
         __syncwarp();
         /* chunk rows -> shared; rows past the split are zeros (never NaN
-         * garbage, which 0 * NaN would spread into O) */
+         * garbage, which 0 * NaN would spread into O). A q8_0 cache: each
+         * lane loads 4 pieces' codes and scales, then converts them (the
+         * loads of a group in flight together) */
+        if constexpr (Q8) {
+            for (int k0 = lane; k0 < DEC_CHUNK * NV; k0 += 4 * 32) {
+                uint2 kc[4], vc[4];
+                float dk[4], dv[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const int k = k0 + 32 * u, i = k / NV, c = k % NV;
+                    const int64_t o = k < DEC_CHUNK * NV ? off_w[i] : -1;
+                    kc[u] = vc[u] = make_uint2(0, 0);
+                    dk[u] = dv[u] = 0.0f;
+                    if (o >= 0) {
+                        kc[u] = q8_codes(a.k_pool, o + 8 * c);
+                        vc[u] = q8_codes(a.v_pool, o + 8 * c);
+                        dk[u] = q8_scale(a.k_scale, o + 8 * c);
+                        dv[u] = q8_scale(a.v_scale, o + 8 * c);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const int k = k0 + 32 * u, i = k / NV, c = k % NV;
+                    if (k < DEC_CHUNK * NV) {
+                        *reinterpret_cast<uint4 *>(k_w + i * LDS + c * 8) =
+                            q8_to_ck<T>(kc[u], dk[u]);
+                        *reinterpret_cast<uint4 *>(v_w + i * LDS + c * 8) =
+                            q8_to_ck<T>(vc[u], dv[u]);
+                    }
+                }
+            }
+        } else
         for (int k = lane; k < DEC_CHUNK * NV; k += 32) {
             int i = k / NV, c = k % NV;
             int64_t o = off_w[i];
@@ -460,17 +524,17 @@ __global__ void __launch_bounds__(COMB_WARPS * 32) attn_combine_kernel(const ck_
     }
 }
 
-template <typename T, int DH, int GB>
+template <typename T, int DH, int GB, bool Q8>
 static void decode_launch(cudaStream_t s, const ck_attn_args *a) {
     const int G = a->H / a->Hkv, n_hb = (G + GB - 1) / GB;
     constexpr size_t smem = decode_smem_bytes<T, DH, GB>();
     static_assert(smem <= CK_SMEM_BLOCK_MIN, "one variant for every device");
     /* above 48 KB a kernel must opt in; not a stream operation, so legal
      * during graph capture; a failure shows in the caller's cudaGetLastError */
-    (void)cudaFuncSetAttribute(attn_decode_kernel<T, DH, GB>,
+    (void)cudaFuncSetAttribute(attn_decode_kernel<T, DH, GB, Q8>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     dim3 grid((unsigned)(a->n_splits * a->n_dec), (unsigned)(a->Hkv * n_hb));
-    ck_launch(s, grid, DEC_WARPS * 32, smem, attn_decode_kernel<T, DH, GB>, *a);
+    ck_launch(s, grid, DEC_WARPS * 32, smem, attn_decode_kernel<T, DH, GB, Q8>, *a);
     if (a->n_splits > 1) /* one split: the decode kernel wrote the output */
         ck_launch(s, dim3((unsigned)a->n_dec, (unsigned)a->H), COMB_WARPS * 32, 0,
                   attn_combine_kernel<T>, *a);
@@ -478,17 +542,25 @@ static void decode_launch(cudaStream_t s, const ck_attn_args *a) {
 
 /* GB: the group size rounded up to 1, 2, 4 or 8 (padding heads have q = 0
  * and are not written); groups above 8 take several blocks */
-template <typename T, int DH>
-static void decode_dh(cudaStream_t s, const ck_attn_args *a) {
+template <typename T, int DH, bool Q8>
+static void decode_gb(cudaStream_t s, const ck_attn_args *a) {
     const int G = a->H / a->Hkv;
     if (G == 1)
-        decode_launch<T, DH, 1>(s, a);
+        decode_launch<T, DH, 1, Q8>(s, a);
     else if (G == 2)
-        decode_launch<T, DH, 2>(s, a);
+        decode_launch<T, DH, 2, Q8>(s, a);
     else if (G <= 4)
-        decode_launch<T, DH, 4>(s, a);
+        decode_launch<T, DH, 4, Q8>(s, a);
     else
-        decode_launch<T, DH, DEC_GB_MAX>(s, a);
+        decode_launch<T, DH, DEC_GB_MAX, Q8>(s, a);
+}
+
+template <typename T, int DH>
+static void decode_dh(cudaStream_t s, const ck_attn_args *a) {
+    if (a->kv_q8)
+        decode_gb<T, DH, true>(s, a);
+    else
+        decode_gb<T, DH, false>(s, a);
 }
 
 /* ------------------------------------------------------------ prefill */
@@ -530,12 +602,51 @@ __host__ __device__ constexpr int prefill_stages(int dh, int mb, size_t elem) {
  * wide tiles: 184.8 us before, 161.7 after; docs/journal/attention.md).
  * Rows with offset -1 (past the block's last key) become zeros: their p is
  * 0, and 0 * NaN garbage would spread into O. */
-template <typename T, int DH>
-__device__ __forceinline__ void prefill_copy(T *k_dst, T *v_dst, const T *kp, const T *vp,
+template <typename T, int DH, bool Q8>
+__device__ __forceinline__ void prefill_copy(T *k_dst, T *v_dst, const ck_attn_args &a,
                                              const int64_t *off) {
     constexpr int NV = DH / 8; /* 16-byte pieces per row */
     static_assert(PRE_WARPS * 32 == 2 * PRE_KC, "four threads per row, two passes");
     const int q = (int)threadIdx.x & 3;
+    if constexpr (Q8) {
+        /* a q8_0 cache: the same pieces through registers, every load of
+         * the thread issued before the first conversion */
+        constexpr int NI = (NV + 3) / 4;
+        uint2 kc[2][NI], vc[2][NI];
+        float dk[2][NI], dv[2][NI];
+#pragma unroll
+        for (int pass = 0; pass < 2; pass++) {
+            const int64_t o = off[pass * (PRE_KC / 2) + ((int)threadIdx.x >> 2)];
+#pragma unroll
+            for (int i = 0; i < NI; i++) {
+                const int c = 4 * i + q;
+                kc[pass][i] = vc[pass][i] = make_uint2(0, 0);
+                dk[pass][i] = dv[pass][i] = 0.0f;
+                if (c < NV && o >= 0) {
+                    kc[pass][i] = q8_codes(a.k_pool, o + 8 * c);
+                    vc[pass][i] = q8_codes(a.v_pool, o + 8 * c);
+                    dk[pass][i] = q8_scale(a.k_scale, o + 8 * c);
+                    dv[pass][i] = q8_scale(a.v_scale, o + 8 * c);
+                }
+            }
+        }
+#pragma unroll
+        for (int pass = 0; pass < 2; pass++) {
+            const int row = pass * (PRE_KC / 2) + ((int)threadIdx.x >> 2);
+#pragma unroll
+            for (int i = 0; i < NI; i++) {
+                const int c = 4 * i + q;
+                if (c < NV) {
+                    *reinterpret_cast<uint4 *>(k_dst + row * (DH + 8) + 8 * c) =
+                        q8_to_ck<T>(kc[pass][i], dk[pass][i]);
+                    *reinterpret_cast<uint4 *>(v_dst + row * (DH + 8) + 8 * c) =
+                        q8_to_ck<T>(vc[pass][i], dv[pass][i]);
+                }
+            }
+        }
+        return;
+    }
+    const T *kp = static_cast<const T *>(a.k_pool), *vp = static_cast<const T *>(a.v_pool);
 #pragma unroll
     for (int pass = 0; pass < 2; pass++) {
         const int row = pass * (PRE_KC / 2) + ((int)threadIdx.x >> 2);
@@ -582,7 +693,7 @@ template <typename T, int DH> struct prefill_q<T, DH, 1> {
 
 /* MB row blocks of 16 per warp: the narrow tile (MB 1, CK_ATT_TILE rows)
  * or the wide one (MB 2, CK_ATT_TILE_WIDE rows) */
-template <typename T, int DH, int MB, int NS>
+template <typename T, int DH, int MB, int NS, bool Q8>
 __global__ void __launch_bounds__(PRE_WARPS * 32, PRE_MIN_BLOCKS)
     attn_prefill_kernel(const ck_attn_args a) {
     constexpr int LDS = DH + 8;       /* padded rows: ldmatrix conflict-free */
@@ -612,7 +723,6 @@ __global__ void __launch_bounds__(PRE_WARPS * 32, PRE_MIN_BLOCKS)
     const int r0 = a.tile_row0[t], n = a.tile_n[t];
     const int seq = a.row_seq[r0];
     const int32_t *bt = a.block_tables + (int64_t)seq * a.max_blocks;
-    const T *kp = static_cast<const T *>(a.k_pool), *vp = static_cast<const T *>(a.v_pool);
 
     /* this lane's rows: gid and gid + 8 of each of the warp's row blocks,
      * and their positions. wlast (-1: no row < n) bounds the warp's chunks.
@@ -688,8 +798,8 @@ __global__ void __launch_bounds__(PRE_WARPS * 32, PRE_MIN_BLOCKS)
 #pragma unroll
     for (int sg = 0; sg < NS - 1; sg++) {
         if (sg * PRE_KC < kv_end)
-            prefill_copy<T, DH>(kv_s + sg * 2 * BUF, kv_s + sg * 2 * BUF + BUF, kp, vp,
-                                off_s + sg * PRE_KC);
+            prefill_copy<T, DH, Q8>(kv_s + sg * 2 * BUF, kv_s + sg * 2 * BUF + BUF, a,
+                                    off_s + sg * PRE_KC);
         cp_async_commit();
     }
 
@@ -716,8 +826,8 @@ __global__ void __launch_bounds__(PRE_WARPS * 32, PRE_MIN_BLOCKS)
     for (int j = 0, c0 = 0; c0 < kv_end; j++, c0 += PRE_KC) {
         const int st = j % NS, sn = (j + NS - 1) % NS;
         if (c0 + (NS - 1) * PRE_KC < kv_end) /* block-uniform */
-            prefill_copy<T, DH>(kv_s + sn * 2 * BUF, kv_s + sn * 2 * BUF + BUF, kp, vp,
-                                off_s + sn * PRE_KC);
+            prefill_copy<T, DH, Q8>(kv_s + sn * 2 * BUF, kv_s + sn * 2 * BUF + BUF, a,
+                                    off_s + sn * PRE_KC);
         cp_async_commit();
         const int key_ahead = c0 + NS * PRE_KC + tid;
         const int64_t off_ahead =
@@ -865,7 +975,7 @@ __global__ void __launch_bounds__(PRE_WARPS * 32, PRE_MIN_BLOCKS)
         }
 }
 
-template <typename T, int DH, int MB, int NS>
+template <typename T, int DH, int MB, int NS, bool Q8>
 static void prefill_launch_ns(cudaStream_t s, const ck_attn_args *a) {
     constexpr size_t smem = prefill_smem_bytes(DH, MB, sizeof(T), NS);
     static_assert(smem <= PRE_SMEM_MAX, "two blocks per SM");
@@ -873,12 +983,12 @@ static void prefill_launch_ns(cudaStream_t s, const ck_attn_args *a) {
      * shared memory share of L1 so PRE_MIN_BLOCKS blocks fit an SM (the
      * kernel does not rely on L1). Not stream operations: legal during
      * graph capture; a failure shows in the caller's cudaGetLastError */
-    (void)cudaFuncSetAttribute(attn_prefill_kernel<T, DH, MB, NS>,
+    (void)cudaFuncSetAttribute(attn_prefill_kernel<T, DH, MB, NS, Q8>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    (void)cudaFuncSetAttribute(attn_prefill_kernel<T, DH, MB, NS>,
+    (void)cudaFuncSetAttribute(attn_prefill_kernel<T, DH, MB, NS, Q8>,
                                cudaFuncAttributePreferredSharedMemoryCarveout,
                                (int)cudaSharedmemCarveoutMaxShared);
-    attn_prefill_kernel<T, DH, MB, NS>
+    attn_prefill_kernel<T, DH, MB, NS, Q8>
         <<<(unsigned)(a->n_tiles * a->H), PRE_WARPS * 32, smem, s>>>(*a);
 }
 
@@ -886,25 +996,33 @@ static void prefill_launch_ns(cudaStream_t s, const ck_attn_args *a) {
  * less shared memory than those take (Dh 128 narrow, Dh 96 wide: 104-106
  * KB with 3, against 99 KB on an RTX 30xx/40xx); the 2-stage instance is
  * built only where some device needs it. */
-template <typename T, int DH, int MB>
+template <typename T, int DH, int MB, bool Q8>
 static void prefill_launch(cudaStream_t s, const ck_attn_args *a) {
     constexpr int NS = prefill_stages(DH, MB, sizeof(T));
     if constexpr (NS > 2 && prefill_smem_bytes(DH, MB, sizeof(T), NS) > CK_SMEM_BLOCK_MIN) {
         if (prefill_smem_bytes(DH, MB, sizeof(T), NS) > (size_t)ck_device_caps()->smem_block) {
-            prefill_launch_ns<T, DH, MB, 2>(s, a);
+            prefill_launch_ns<T, DH, MB, 2, Q8>(s, a);
             return;
         }
     }
-    prefill_launch_ns<T, DH, MB, NS>(s, a);
+    prefill_launch_ns<T, DH, MB, NS, Q8>(s, a);
 }
 
 /* the tile list's row count picks the kernel */
+template <typename T, int DH, bool Q8>
+static void prefill_mb(cudaStream_t s, const ck_attn_args *a) {
+    if (a->tile_rows == CK_ATT_TILE_WIDE)
+        prefill_launch<T, DH, 2, Q8>(s, a);
+    else
+        prefill_launch<T, DH, 1, Q8>(s, a);
+}
+
 template <typename T, int DH>
 static void prefill_dh(cudaStream_t s, const ck_attn_args *a) {
-    if (a->tile_rows == CK_ATT_TILE_WIDE)
-        prefill_launch<T, DH, 2>(s, a);
+    if (a->kv_q8)
+        prefill_mb<T, DH, true>(s, a);
     else
-        prefill_launch<T, DH, 1>(s, a);
+        prefill_mb<T, DH, false>(s, a);
 }
 
 /* ------------------------------------------------------------ naive */
@@ -914,7 +1032,7 @@ static void prefill_dh(cudaStream_t s, const ck_attn_args *a) {
 
 enum { NAIVE_ALL = 0, NAIVE_DEC = 1, NAIVE_TILES = 2 }; /* which rows the blocks take */
 
-template <typename T>
+template <typename T, bool Q8>
 __global__ void __launch_bounds__(NAIVE_THREADS) attn_naive_kernel(const ck_attn_args a, int mode) {
     __shared__ float q_s[NAIVE_DH_MAX];
     __shared__ float red_s[32];
@@ -934,7 +1052,6 @@ __global__ void __launch_bounds__(NAIVE_THREADS) attn_naive_kernel(const ck_attn
     const int Dh = a.Dh, g = h / (a.H / a.Hkv);
     const int n_ctx = a.row_pos[r] + 1;
     const int32_t *bt = a.block_tables + (int64_t)a.row_seq[r] * a.max_blocks;
-    const T *kp = static_cast<const T *>(a.k_pool), *vp = static_cast<const T *>(a.v_pool);
     float *sc = a.work + ((int64_t)r * a.H + h) * ((int64_t)a.max_blocks * a.BS);
 
     const T *q = static_cast<const T *>(a.qkv) + (int64_t)r * a.ld_qkv + (int64_t)h * Dh;
@@ -945,10 +1062,10 @@ __global__ void __launch_bounds__(NAIVE_THREADS) attn_naive_kernel(const ck_attn
     /* scores: one warp per position */
     float mx = -INFINITY;
     for (int t = warp; t < n_ctx; t += n_warp) {
-        const T *k = kp + kv_row(a, bt, g, t);
+        const int64_t k = kv_row(a, bt, g, t);
         float dot = 0.0f;
         for (int d = lane; d < Dh; d += 32)
-            dot += q_s[d] * ck_to_f32(k[d]);
+            dot += q_s[d] * kv_value<T, Q8>(a.k_pool, a.k_scale, k + d);
         dot = warp_sum(dot) * a.scale;
         if (lane == 0)
             sc[t] = dot;
@@ -969,7 +1086,7 @@ __global__ void __launch_bounds__(NAIVE_THREADS) attn_naive_kernel(const ck_attn
     for (int d = tid; d < Dh; d += blockDim.x) {
         float acc = 0.0f;
         for (int t = 0; t < n_ctx; t++)
-            acc += sc[t] * ck_to_f32(vp[kv_row(a, bt, g, t) + d]);
+            acc += sc[t] * kv_value<T, Q8>(a.v_pool, a.v_scale, kv_row(a, bt, g, t) + d);
         ck_from_f32(&out[d], acc * inv);
     }
 }
@@ -979,7 +1096,10 @@ static void naive_launch(cudaStream_t s, const ck_attn_args *a, int mode, int n_
     if (n_items <= 0)
         return;
     dim3 grid((unsigned)n_items, (unsigned)a->H);
-    attn_naive_kernel<T><<<grid, NAIVE_THREADS, 0, s>>>(*a, mode);
+    if (a->kv_q8)
+        attn_naive_kernel<T, true><<<grid, NAIVE_THREADS, 0, s>>>(*a, mode);
+    else
+        attn_naive_kernel<T, false><<<grid, NAIVE_THREADS, 0, s>>>(*a, mode);
 }
 
 /* ------------------------------------------------------------ launchers */
@@ -1017,7 +1137,7 @@ void ck_attention_decode(cudaStream_t s, const ck_attn_args *a) {
 void ck_attention_prefill(cudaStream_t s, const ck_attn_args *a) {
     if (a->n_tiles <= 0)
         return;
-    if (ck_device_caps()->wgmma && ck_attention_prefill_wgmma(s, a))
+    if (!a->kv_q8 && ck_device_caps()->wgmma && ck_attention_prefill_wgmma(s, a))
         return;
     CK_DISPATCH(a->dt, prefill_t<T>(s, a));
 }
@@ -1034,11 +1154,12 @@ int ck_attention_tile_fits(int tile_rows, int Dh) {
            prefill_smem_bytes(Dh, 2, 2, 2) <= (size_t)ck_device_caps()->smem_block;
 }
 
-int ck_attention_tile_rows(int longest, int H, int Dh) {
-    if (Dh == 128 && ck_device_caps()->wgmma)
+int ck_attention_tile_rows(int longest, int H, int Dh, int kv_q8) {
+    if (Dh == 128 && ck_device_caps()->wgmma && !kv_q8)
         return CK_ATT_TILE_WIDE; /* the wgmma kernel's tiles */
     const int64_t wide_blocks = (int64_t)(longest + CK_ATT_TILE_WIDE - 1) / CK_ATT_TILE_WIDE * H;
-    return wide_blocks >= CK_ATT_WIDE_MIN_BLOCKS && ck_attention_tile_fits(CK_ATT_TILE_WIDE, Dh)
+    return wide_blocks >= CK_ATT_WIDE_MIN_BLOCKS &&
+                   prefill_smem_bytes(Dh, 2, 2, 2) <= (size_t)ck_device_caps()->smem_block
                ? CK_ATT_TILE_WIDE
                : CK_ATT_TILE;
 }

@@ -62,7 +62,8 @@ hr_status cuda_begin_step(hr_backend *b, const hr_step *s, hr_error *err) {
     int32_t longest = 0;
     for (int32_t i = 0; i < s->n_seg; i++)
         longest = s->segs[i].n > longest ? s->segs[i].n : longest;
-    const int32_t tile = ck_attention_tile_rows(longest, b->info->n_head, b->info->head_dim);
+    const int32_t tile = ck_attention_tile_rows(longest, b->info->n_head, b->info->head_dim,
+                                                 c->kv_q8);
     c->tile_rows = tile;
     for (int32_t i = 0; i < s->n_seg; i++) {
         const step_segment *g = &s->segs[i];

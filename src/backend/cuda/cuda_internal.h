@@ -68,7 +68,9 @@ typedef struct {
     /* KV pool and attention */
     be_config kv;
     uint8_t *k_pool, *v_pool;
-    size_t kv_layer_bytes;
+    size_t kv_layer_bytes; /* a layer's K pool (its V pool alike) */
+    bool kv_q8;            /* q8_0 pools: codes, then at kv_scale_at their f16 scales */
+    size_t kv_scale_at;    /* bytes from a layer's pool start to its scales */
     float *inv_freq;
     int n_splits;         /* flash-decoding splits the workspace holds */
     int dec_fill;         /* decode blocks a step aims at (dec_splits) */

@@ -217,25 +217,25 @@ hr_status cuda_tensor_alloc(hr_backend *b, int64_t rows, int64_t cols, bool narr
 hr_status cuda_kv_alloc(hr_backend *b, const be_config *cfg, hr_error *err) {
     cuda_backend *c = (cuda_backend *)b;
     const hr_model_info *in = b->info;
-    /* no kernel reads a block KV type yet (issue 42); V is checked for that
-     * alone: the pool keeps V in K's type */
-    const hr_dtype kv[2] = {cfg->kv_dtype, cfg->kv_dtype_v};
-    for (int i = 0; i < 2; i++)
-        if (kv[i] == HR_DTYPE_Q8_0 || kv[i] == HR_DTYPE_Q4_0)
-            return hr_err_set(err, HR_ERR_UNSUPPORTED,
-                              "cuda: KV type %s is not implemented on the GPU yet; --kv-dtype "
-                              "f16|bf16",
-                              hr_dtype_name(kv[i]));
-    if (cfg->kv_dtype != c->p.compute)
+    /* K and V in kv_dtype (the engine refuses them apart on cuda): the
+     * compute type, or q8_0 (int8 codes, then one f16 scale a 32 after a
+     * layer's codes; attention.cu dequantizes) */
+    if (cfg->kv_dtype != c->p.compute && cfg->kv_dtype != HR_DTYPE_Q8_0)
         return hr_err_set(err, HR_ERR_UNSUPPORTED,
-                          "cuda: the KV cache is kept in the compute type (%s), not %s",
+                          "cuda: the KV cache is kept in the compute type (%s) or q8_0, not %s",
                           hr_dtype_name(c->p.compute), hr_dtype_name(cfg->kv_dtype));
+    if (cfg->kv_dtype == HR_DTYPE_Q8_0 && in->head_dim % 32 != 0)
+        return hr_err_set(err, HR_ERR_UNSUPPORTED,
+                          "cuda: a q8_0 KV cache needs a head size that is a multiple of 32");
     if (cfg->max_rows > 4096 || cfg->max_out > 4096)
         return hr_err_set(err, HR_ERR_UNSUPPORTED, "cuda: steps of more than 4096 rows");
     c->kv = *cfg;
     const int64_t max_ctx = (int64_t)cfg->max_blocks_per_seq * cfg->block_size;
-    c->kv_layer_bytes = (size_t)cfg->n_block * (size_t)in->n_head_kv *
-                        (size_t)cfg->block_size * (size_t)in->head_dim * 2;
+    const size_t layer_rows = (size_t)cfg->n_block * (size_t)in->n_head_kv *
+                              (size_t)cfg->block_size; /* sizes_kv's count */
+    c->kv_q8 = cfg->kv_dtype == HR_DTYPE_Q8_0;
+    c->kv_layer_bytes = layer_rows * (size_t)sizes_kv_row_bytes(in, cfg->kv_dtype);
+    c->kv_scale_at = c->kv_q8 ? layer_rows * (size_t)in->head_dim : 0;
     size_t pool = c->kv_layer_bytes * (size_t)in->n_layer;
     HR_TRY(cuda_dev_alloc(c, pool, MEM_KV, "the K cache", (void **)&c->k_pool, err));
     HR_TRY(cuda_dev_alloc(c, pool, MEM_KV, "the V cache", (void **)&c->v_pool, err));

@@ -173,6 +173,17 @@ void cuda_matmul(hr_backend *b, be_tensor *y, const be_tensor *x, const be_weigh
     cuda_op_error(c, "matmul");
 }
 
+/* layer's pools as the kernels take them */
+static ck_kv_pools cuda_kv_pools(const cuda_backend *c, int32_t layer) {
+    const size_t off = (size_t)layer * c->kv_layer_bytes;
+    ck_kv_pools kv = {.k = c->k_pool + off, .v = c->v_pool + off, .q8 = c->kv_q8};
+    if (c->kv_q8) {
+        kv.k_scale = c->k_pool + off + c->kv_scale_at;
+        kv.v_scale = c->v_pool + off + c->kv_scale_at;
+    }
+    return kv;
+}
+
 void cuda_rope_kv_store(hr_backend *b, int32_t layer, be_tensor *qkv, const float *inv_freq,
                         rope_style style, int32_t n_head, int32_t n_head_kv, int32_t head_dim) {
     (void)inv_freq; /* the device copy made at setup */
@@ -184,8 +195,7 @@ void cuda_rope_kv_store(hr_backend *b, int32_t layer, be_tensor *qkv, const floa
         return;
     }
     cuda_mark(c, "rope_kv_store", 0, 0);
-    size_t off = (size_t)layer * c->kv_layer_bytes;
-    ck_rope_kv_store(c->stream, qkv->data, qkv->ld, c->k_pool + off, c->v_pool + off, c->dt,
+    ck_rope_kv_store(c->stream, qkv->data, qkv->ld, cuda_kv_pools(c, layer), c->dt,
                      cuda_meta(c, c->o_pos), cuda_meta(c, c->o_slot), c->inv_freq,
                      style == ROPE_STYLE_NEOX, c->n_rows, n_head, n_head_kv, head_dim,
                      c->kv.block_size);
@@ -242,12 +252,16 @@ void cuda_attention(hr_backend *b, int32_t layer, be_tensor *out, const be_tenso
         return;
     }
     cuda_mark(c, c->n_tiles > 0 ? "attn prefill" : "attn decode", 0, 0);
+    const ck_kv_pools kv = cuda_kv_pools(c, layer);
     ck_attn_args a = {.qkv = qkv->data,
                       .ld_qkv = qkv->ld,
                       .out = out->data,
                       .ld_out = out->ld,
-                      .k_pool = c->k_pool + off,
-                      .v_pool = c->v_pool + off,
+                      .k_pool = kv.k,
+                      .v_pool = kv.v,
+                      .k_scale = kv.k_scale,
+                      .v_scale = kv.v_scale,
+                      .kv_q8 = kv.q8,
                       .dt = c->dt,
                       .row_seq = cuda_meta(c, c->o_seq),
                       .row_pos = cuda_meta(c, c->o_pos),

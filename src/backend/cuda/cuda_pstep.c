@@ -62,9 +62,10 @@ static int64_t pstep_widest_k(const hr_model_info *in) {
  * Hopper path, caps.cu; persistent.cu's limits); HEADROOM_CUDA_PSTEP=0
  * keeps them op by op. */
 static bool pstep_eligible(const cuda_backend *c, const hr_model_info *in) {
-    /* packed weights: the step's producer streams 16-bit rows only (yet) */
+    /* packed weights: the step's producer streams 16-bit rows only (yet);
+     * its attention reads a ck cache only (yet) */
     if (c->p.tuning.no_pstep || !ck_device_caps()->hopper || c->p.tuning.attn_naive ||
-        c->n_packed > 0 ||
+        c->n_packed > 0 || c->kv_q8 ||
         in->n_head % in->n_head_kv != 0)
         return false;
     const int64_t widths[] = {in->n_embd, (int64_t)in->n_head * in->head_dim, in->n_ff};

@@ -77,10 +77,17 @@ void ck_add_rmsnorm(cudaStream_t s, float *x, int64_t ldx, const void *dx, bool 
 /* rotates the first H + Hkv heads of each qkv row (ck, in place) at pos[row];
  * neox: pairs (i, i + Dh/2), else (2i, 2i + 1); angle pos * inv_freq[i] (f32);
  * then k (rotated) and v of each row into the layer's pools at slot[row] =
- * block * BS + offset; pool layout (NB, Hkv, BS, Dh) ck */
-void ck_rope_kv_store(cudaStream_t s, void *qkv, int64_t ld, void *k_pool, void *v_pool,
-                      ck_dtype dt, const int32_t *pos, const int32_t *slot,
-                      const float *inv_freq, int neox, int n, int H, int Hkv, int Dh, int BS);
+ * block * BS + offset; pool layout (NB, Hkv, BS, Dh) ck. With kv.q8 the
+ * pools hold q8_0 instead (ck_kv_pools): the rotated k and v, as the row
+ * holds them, quantized per 32 values as quant_quantize_q8_0 does. */
+typedef struct {
+    void *k, *v;             /* this layer's pools: ck elements, or q8_0 codes (int8) */
+    void *k_scale, *v_scale; /* q8_0: one f16 a 32 values, at element offset / 32 */
+    int q8;
+} ck_kv_pools;
+void ck_rope_kv_store(cudaStream_t s, void *qkv, int64_t ld, ck_kv_pools kv, ck_dtype dt,
+                      const int32_t *pos, const int32_t *slot, const float *inv_freq, int neox,
+                      int n, int H, int Hkv, int Dh, int BS);
 
 /* h (n, F) ck = silu(gu[:, :F]) * gu[:, F:2F], gu f32 or (gu_ck) ck.
  * F % 4 == 0; h, gu 16-byte aligned (8 for a ck gu), row strides multiples
@@ -121,8 +128,11 @@ typedef struct {
     int64_t ld_qkv;
     void *out;                 /* (n_rows, H Dh) ck */
     int64_t ld_out;
-    const void *k_pool;        /* this layer: (NB, Hkv, BS, Dh) ck */
+    const void *k_pool;        /* this layer: (NB, Hkv, BS, Dh) ck, or q8_0 codes */
     const void *v_pool;
+    const void *k_scale;       /* q8_0 (kv_q8): the pools' f16 scales, one a 32 codes */
+    const void *v_scale;
+    int kv_q8;
     ck_dtype dt;
     const int32_t *row_seq;    /* (n_rows) sequence of each row */
     const int32_t *row_pos;    /* (n_rows) position: the row attends to [0, pos] */
@@ -163,8 +173,9 @@ typedef struct {
 /* CK_ATT_TILE_WIDE when the wgmma kernel takes the step (Dh 128 on a
  * compute capability 9.0 device), or when ceil(longest / CK_ATT_TILE_WIDE)
  * * H >= CK_ATT_WIDE_MIN_BLOCKS and the wide tile fits; else CK_ATT_TILE.
- * longest = the rows of the step's longest prefill segment */
-int ck_attention_tile_rows(int longest, int H, int Dh);
+ * longest = the rows of the step's longest prefill segment; a q8_0 cache
+ * (kv_q8) is read by the mma.sync kernels only */
+int ck_attention_tile_rows(int longest, int H, int Dh, int kv_q8);
 /* whether prefill tiles of tile_rows rows at head size Dh fit a block's
  * shared memory on this device (ck_device_caps) */
 int ck_attention_tile_fits(int tile_rows, int Dh);

@@ -123,12 +123,47 @@ __global__ void __launch_bounds__(256, rope_cfg<P, NEOX>::min_blocks)
                 y1[e] = x1[u][e] * cs[e] + x0[u][e] * sn[e];
             }
             store_pairs<T, P, NEOX>(row + h * Dh, t, half, y0, y1);
-            if (h >= H) {
+            if (h >= H && k_pool) { /* a q8_0 cache: kv_q8_store_kernel stores */
                 const int64_t at = (page0 + (int64_t)(h - H) * BS) * Dh;
                 store_pairs<T, P, NEOX>(k_pool + at, t, half, y0, y1);
                 store_pairs<T, P, NEOX>(v_pool + at, t, half, v0[u], v1[u]);
             }
         }
+    }
+}
+
+/* q8_0 pools: one warp per (row, kv head, K or V), lane i quantizing value
+ * i of each 32: amax over the warp, then quant_quantize_q8_0's arithmetic
+ * (d = amax / 127, code = roundf(x / d) by the f32 inverse, the scale
+ * stored as f16) on the row's k (rotated, rounded to ck) and v. */
+template <typename T>
+__global__ void __launch_bounds__(256)
+    kv_q8_store_kernel(const T *qkv, int64_t ld, ck_kv_pools kv, const int32_t *slot, int n,
+                       int H, int Hkv, int Dh, int BS) {
+    pdl_wait();
+    pdl_release();
+    const int lane = (int)threadIdx.x & 31;
+    const int64_t item = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (item >= (int64_t)n * Hkv * 2)
+        return;
+    const int64_t r = item / (2 * Hkv);
+    const int g = (int)(item % (2 * Hkv)) / 2, is_v = (int)(item % 2);
+    const T *x = qkv + r * ld + (int64_t)(H + g + (is_v ? Hkv : 0)) * Dh;
+    const int64_t sl = slot[r];
+    const int64_t at = (((sl / BS) * Hkv + g) * BS + sl % BS) * Dh; /* element offset */
+    int8_t *codes = static_cast<int8_t *>(is_v ? kv.v : kv.k) + at;
+    __half *scales = static_cast<__half *>(is_v ? kv.v_scale : kv.k_scale) + at / 32;
+    for (int b = 0; b < Dh / 32; b++) {
+        const float v = ck_to_f32(x[32 * b + lane]);
+        float amax = fabsf(v);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float q = roundf(__fmul_rn(v, id));
+        codes[32 * b + lane] = isfinite(q) ? (int8_t)fmaxf(fminf(q, 127.0f), -127.0f) : 0;
+        if (lane == 0)
+            scales[b] = __float2half_rn(d);
     }
 }
 
@@ -152,13 +187,15 @@ static void rope_launch(cudaStream_t s, T *qkv, int64_t ld, T *k_pool, T *v_pool
 
 /* P = 4 pairs a thread when every access stays aligned for it (a gptj
  * thread loads 2 P elements, a neox thread P twice), else 2, else 1 */
-extern "C" void ck_rope_kv_store(cudaStream_t s, void *qkv, int64_t ld, void *k_pool,
-                                 void *v_pool, ck_dtype dt, const int32_t *pos,
-                                 const int32_t *slot, const float *inv_freq, int neox, int n,
-                                 int H, int Hkv, int Dh, int BS) {
+extern "C" void ck_rope_kv_store(cudaStream_t s, void *qkv, int64_t ld, ck_kv_pools kv,
+                                 ck_dtype dt, const int32_t *pos, const int32_t *slot,
+                                 const float *inv_freq, int neox, int n, int H, int Hkv, int Dh,
+                                 int BS) {
     const int half = Dh / 2;
     if (n <= 0 || half <= 0)
         return;
+    /* a q8_0 cache: the rotation alone here, the store after it */
+    void *k_pool = kv.q8 ? NULL : kv.k, *v_pool = kv.q8 ? NULL : kv.v;
     const uintptr_t base = (uintptr_t)qkv | (uintptr_t)k_pool | (uintptr_t)v_pool;
     auto fits = [&](int P) { /* element offsets and bases multiples of the widest access */
         const int w = neox ? P : 2 * P;
@@ -173,5 +210,10 @@ extern "C" void ck_rope_kv_store(cudaStream_t s, void *qkv, int64_t ld, void *k_
             rope_launch<T, 2>(s, q, ld, kp, vp, pos, slot, inv_freq, neox, n, H, Hkv, Dh, BS);
         else
             rope_launch<T, 1>(s, q, ld, kp, vp, pos, slot, inv_freq, neox, n, H, Hkv, Dh, BS);
+        if (kv.q8) {
+            const int64_t warps = (int64_t)n * Hkv * 2;
+            ck_launch(s, (unsigned)((warps + 7) / 8), 256, 0, kv_q8_store_kernel<T>,
+                      (const T *)q, ld, kv, slot, n, H, Hkv, Dh, BS);
+        }
     });
 }
