@@ -344,13 +344,19 @@ static void check_models(void) {
         check_model_file(path, "SmolLM2 Q4_1", 1024);
     else
         printf("SmolLM2 could not be fetched: its whole-model check is skipped\n");
-    check_model_file(HR_SOURCE_DIR "/tests/fixtures/bnb/llama-nf4", "bnb nf4 fixture", 512);
     check_model_file(HR_SOURCE_DIR "/tests/fixtures/bnb/llama-int8", "bnb int8 fixture", 512);
+    check_model_file(HR_SOURCE_DIR "/tests/fixtures/bnb/llama-nf4", "bnb nf4 fixture", 512);
+    check_model_file(HR_SOURCE_DIR "/tests/fixtures/bnb/llama-int8", "bnb int8 fixture again", 512);
 }
 
-int main(void) {
+/* "models": the whole-model checks alone */
+int main(int argc, char **argv) {
     if (!backend_device(HR_DEVICE_CUDA)->available())
         TEST_SKIP("no CUDA device (%s)", backend_device(HR_DEVICE_CUDA)->why_not());
+    if (argc > 1 && strcmp(argv[1], "models") == 0) {
+        check_models();
+        TEST_END();
+    }
     static const hr_dtype types[] = {HR_DTYPE_Q8_0, HR_DTYPE_Q4_0, HR_DTYPE_Q4_1,
                                      HR_DTYPE_Q5_0, HR_DTYPE_Q5_1, HR_DTYPE_Q4_K,
                                      HR_DTYPE_Q5_K, HR_DTYPE_Q6_K, HR_DTYPE_NF4,

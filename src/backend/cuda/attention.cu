@@ -71,6 +71,20 @@
  * wide tiles only (a 512-row prompt of 32 heads would make 128 blocks for
  * 132 SMs).
  *
+ * A q8_0 cache (kv_q8; ck_kv_pools): each pool holds int8 codes in the
+ * layout above and, after a layer's codes, one f16 scale per 32 (the
+ * cpu's q8_0 blocks taken apart). The flash kernels read the codes and
+ * scales into registers (all of a thread's loads of a chunk issued before
+ * the first conversion) and store code times scale, rounded once to ck,
+ * into the same shared tiles that cp.async fills from a ck cache; from
+ * there they run unchanged. So the cache is read once, at half the bytes,
+ * with no pass and no 16-bit copy in global memory; the copies are no
+ * longer asynchronous (the decode warp waits on its loads; the prefill
+ * ring still overlaps them with other warps' compute). The wgmma prefill
+ * and the persistent step read ck caches only, so a q8_0 cache takes the
+ * mma.sync prefill and op-by-op decode. The naive kernel dequantizes each
+ * value in f32.
+ *
  * Naive: one block per (row, head): scores of all positions into work
  * (row stride max_blocks * BS floats), block max, exp and sum, weighted V.
  *
@@ -223,6 +237,10 @@ template <typename T, int DH, int GB, bool Q8>
 __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode_kernel(const ck_attn_args a) {
     constexpr int NV = DH / 8;          /* 16-byte pieces per K/V row */
     constexpr int LDS = DH + 8;         /* padded shared row: lane rows in distinct banks */
+    constexpr int NQ = DH / 16;         /* q8_0: 16-byte pieces of codes per row */
+    constexpr int LQ = DH + 16;         /* q8_0: a row of codes in shared, 16-byte aligned */
+    static_assert(!Q8 || (DH % 32 == 0 && DEC_CHUNK * (LQ + DH / 8) <= DEC_CHUNK * LDS * 2),
+                  "q8_0 rows and V scales fit a ck chunk buffer");
     constexpr int NP = (DH + 63) / 64;  /* dimension pairs per lane in P V */
     constexpr int PART = DH + 2;        /* o[Dh], m, l */
     extern __shared__ __align__(16) unsigned char smem[];
@@ -277,38 +295,30 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode_kernel(const ck
         off_w[lane] = lane < n_valid ? kv_row(a, bt, g, c0 + lane) : -1;
         __syncwarp();
         /* chunk rows -> shared; rows past the split are zeros (never NaN
-         * garbage, which 0 * NaN would spread into O). A q8_0 cache: each
-         * lane loads 4 pieces' codes and scales, then converts them (the
-         * loads of a group in flight together) */
+         * garbage, which 0 * NaN would spread into O). A q8_0 cache: the
+         * codes by cp.async as they are, each lane's own row's scales into
+         * registers (K: lane = token when scoring) and shared (V); rows
+         * past the split get scale 0, so their codes (finite integers,
+         * whatever the buffer held) weigh nothing */
+        float ksc[Q8 ? DH / 32 : 1];
         if constexpr (Q8) {
-            for (int k0 = lane; k0 < DEC_CHUNK * NV; k0 += 4 * 32) {
-                uint2 kc[4], vc[4];
-                float dk[4], dv[4];
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    const int k = k0 + 32 * u, i = k / NV, c = k % NV;
-                    const int64_t o = k < DEC_CHUNK * NV ? off_w[i] : -1;
-                    kc[u] = vc[u] = make_uint2(0, 0);
-                    dk[u] = dv[u] = 0.0f;
-                    if (o >= 0) {
-                        kc[u] = q8_codes(a.k_pool, o + 8 * c);
-                        vc[u] = q8_codes(a.v_pool, o + 8 * c);
-                        dk[u] = q8_scale(a.k_scale, o + 8 * c);
-                        dv[u] = q8_scale(a.v_scale, o + 8 * c);
-                    }
-                }
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    const int k = k0 + 32 * u, i = k / NV, c = k % NV;
-                    if (k < DEC_CHUNK * NV) {
-                        *reinterpret_cast<uint4 *>(k_w + i * LDS + c * 8) =
-                            q8_to_ck<T>(kc[u], dk[u]);
-                        *reinterpret_cast<uint4 *>(v_w + i * LDS + c * 8) =
-                            q8_to_ck<T>(vc[u], dv[u]);
-                    }
+            int8_t *kq = reinterpret_cast<int8_t *>(k_w), *vq = reinterpret_cast<int8_t *>(v_w);
+            float *vsc = reinterpret_cast<float *>(vq + DEC_CHUNK * LQ);
+            for (int k = lane; k < DEC_CHUNK * NQ; k += 32) {
+                const int i = k / NQ, c = k % NQ;
+                const int64_t o = off_w[i];
+                if (o >= 0) {
+                    cp_async16(kq + i * LQ + 16 * c, static_cast<const int8_t *>(a.k_pool) + o + 16 * c);
+                    cp_async16(vq + i * LQ + 16 * c, static_cast<const int8_t *>(a.v_pool) + o + 16 * c);
                 }
             }
-        } else
+            const int64_t o = off_w[lane];
+#pragma unroll
+            for (int b = 0; b < DH / 32; b++) {
+                ksc[b] = o >= 0 ? q8_scale(a.k_scale, o + 32 * b) : 0.0f;
+                vsc[lane * (DH / 32) + b] = o >= 0 ? q8_scale(a.v_scale, o + 32 * b) : 0.0f;
+            }
+        } else {
         for (int k = lane; k < DEC_CHUNK * NV; k += 32) {
             int i = k / NV, c = k % NV;
             int64_t o = off_w[i];
@@ -321,6 +331,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode_kernel(const ck
                 *reinterpret_cast<uint4 *>(dv) = make_uint4(0, 0, 0, 0);
             }
         }
+        }
         cp_async_commit();
         cp_async_wait<0>();
         __syncwarp();
@@ -330,6 +341,37 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode_kernel(const ck
 #pragma unroll
         for (int j = 0; j < GB; j++)
             sc[j] = 0.0f;
+        if constexpr (Q8) { /* per 32 codes: the integer-valued sum, then its scale */
+            const int8_t *krow = reinterpret_cast<const int8_t *>(k_w) + lane * LQ;
+#pragma unroll
+            for (int b = 0; b < DH / 32; b++) {
+                float part[GB];
+#pragma unroll
+                for (int j = 0; j < GB; j++)
+                    part[j] = 0.0f;
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const uint2 raw = *reinterpret_cast<const uint2 *>(krow + 32 * b + 8 * c);
+                    float kf[8];
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        kf[e] = (float)(int8_t)(raw.x >> (8 * e));
+                        kf[4 + e] = (float)(int8_t)(raw.y >> (8 * e));
+                    }
+#pragma unroll
+                    for (int j = 0; j < GB; j++) {
+                        const float *qj = q_s + j * DH + 32 * b + 8 * c;
+                        float4 qa = *reinterpret_cast<const float4 *>(qj);
+                        float4 qb = *reinterpret_cast<const float4 *>(qj + 4);
+                        part[j] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] +
+                                   qb.x * kf[4] + qb.y * kf[5] + qb.z * kf[6] + qb.w * kf[7];
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < GB; j++)
+                    sc[j] += part[j] * ksc[b];
+            }
+        } else {
         const T *krow = k_w + lane * LDS;
 #pragma unroll
         for (int c = 0; c < NV; c++) {
@@ -343,6 +385,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode_kernel(const ck
                 sc[j] += qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y + qb.x * k2.x +
                          qb.y * k2.y + qb.z * k3.x + qb.w * k3.y;
             }
+        }
         }
 
         /* online softmax per head; lane 0 always holds a valid token, so the
@@ -374,8 +417,19 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode_kernel(const ck
 #pragma unroll
                 for (int ip = 0; ip < NP; ip++) {
                     int d = 2 * lane + 64 * ip;
-                    v[u][ip] = d < DH ? ck_pair<T>::to_f32(lds32(v_w + (t + u) * LDS + d))
-                                      : make_float2(0.0f, 0.0f);
+                    if (d >= DH) {
+                        v[u][ip] = make_float2(0.0f, 0.0f);
+                    } else if constexpr (Q8) {
+                        const int8_t *vq = reinterpret_cast<const int8_t *>(v_w);
+                        const float *vsc = reinterpret_cast<const float *>(vq + DEC_CHUNK * LQ);
+                        const uint16_t w =
+                            *reinterpret_cast<const uint16_t *>(vq + (t + u) * LQ + d);
+                        const float sv = vsc[(t + u) * (DH / 32) + d / 32];
+                        v[u][ip] = make_float2((float)(int8_t)(w & 0xff) * sv,
+                                               (float)(int8_t)(w >> 8) * sv);
+                    } else {
+                        v[u][ip] = ck_pair<T>::to_f32(lds32(v_w + (t + u) * LDS + d));
+                    }
                 }
 #pragma unroll
             for (int j = 0; j < GB; j++) {
@@ -555,12 +609,15 @@ static void decode_gb(cudaStream_t s, const ck_attn_args *a) {
         decode_launch<T, DH, DEC_GB_MAX, Q8>(s, a);
 }
 
+/* q8_0 caches: head sizes of whole blocks of 32 (the engine refuses others) */
 template <typename T, int DH>
 static void decode_dh(cudaStream_t s, const ck_attn_args *a) {
-    if (a->kv_q8)
-        decode_gb<T, DH, true>(s, a);
-    else
-        decode_gb<T, DH, false>(s, a);
+    if constexpr (DH % 32 == 0)
+        if (a->kv_q8) {
+            decode_gb<T, DH, true>(s, a);
+            return;
+        }
+    decode_gb<T, DH, false>(s, a);
 }
 
 /* ------------------------------------------------------------ prefill */
@@ -609,38 +666,36 @@ __device__ __forceinline__ void prefill_copy(T *k_dst, T *v_dst, const ck_attn_a
     static_assert(PRE_WARPS * 32 == 2 * PRE_KC, "four threads per row, two passes");
     const int q = (int)threadIdx.x & 3;
     if constexpr (Q8) {
-        /* a q8_0 cache: the same pieces through registers, every load of
-         * the thread issued before the first conversion */
+        /* a q8_0 cache: the same pieces through registers, a pass's loads
+         * all issued before its first conversion (both passes' at once
+         * spilled at Dh 128) */
         constexpr int NI = (NV + 3) / 4;
-        uint2 kc[2][NI], vc[2][NI];
-        float dk[2][NI], dv[2][NI];
-#pragma unroll
-        for (int pass = 0; pass < 2; pass++) {
-            const int64_t o = off[pass * (PRE_KC / 2) + ((int)threadIdx.x >> 2)];
-#pragma unroll
-            for (int i = 0; i < NI; i++) {
-                const int c = 4 * i + q;
-                kc[pass][i] = vc[pass][i] = make_uint2(0, 0);
-                dk[pass][i] = dv[pass][i] = 0.0f;
-                if (c < NV && o >= 0) {
-                    kc[pass][i] = q8_codes(a.k_pool, o + 8 * c);
-                    vc[pass][i] = q8_codes(a.v_pool, o + 8 * c);
-                    dk[pass][i] = q8_scale(a.k_scale, o + 8 * c);
-                    dv[pass][i] = q8_scale(a.v_scale, o + 8 * c);
-                }
-            }
-        }
 #pragma unroll
         for (int pass = 0; pass < 2; pass++) {
             const int row = pass * (PRE_KC / 2) + ((int)threadIdx.x >> 2);
+            const int64_t o = off[row];
+            uint2 kc[NI], vc[NI];
+            float dk[NI], dv[NI];
+#pragma unroll
+            for (int i = 0; i < NI; i++) {
+                const int c = 4 * i + q;
+                kc[i] = vc[i] = make_uint2(0, 0);
+                dk[i] = dv[i] = 0.0f;
+                if (c < NV && o >= 0) {
+                    kc[i] = q8_codes(a.k_pool, o + 8 * c);
+                    vc[i] = q8_codes(a.v_pool, o + 8 * c);
+                    dk[i] = q8_scale(a.k_scale, o + 8 * c);
+                    dv[i] = q8_scale(a.v_scale, o + 8 * c);
+                }
+            }
 #pragma unroll
             for (int i = 0; i < NI; i++) {
                 const int c = 4 * i + q;
                 if (c < NV) {
                     *reinterpret_cast<uint4 *>(k_dst + row * (DH + 8) + 8 * c) =
-                        q8_to_ck<T>(kc[pass][i], dk[pass][i]);
+                        q8_to_ck<T>(kc[i], dk[i]);
                     *reinterpret_cast<uint4 *>(v_dst + row * (DH + 8) + 8 * c) =
-                        q8_to_ck<T>(vc[pass][i], dv[pass][i]);
+                        q8_to_ck<T>(vc[i], dv[i]);
                 }
             }
         }
@@ -1019,10 +1074,12 @@ static void prefill_mb(cudaStream_t s, const ck_attn_args *a) {
 
 template <typename T, int DH>
 static void prefill_dh(cudaStream_t s, const ck_attn_args *a) {
-    if (a->kv_q8)
-        prefill_mb<T, DH, true>(s, a);
-    else
-        prefill_mb<T, DH, false>(s, a);
+    if constexpr (DH % 32 == 0)
+        if (a->kv_q8) {
+            prefill_mb<T, DH, true>(s, a);
+            return;
+        }
+    prefill_mb<T, DH, false>(s, a);
 }
 
 /* ------------------------------------------------------------ naive */

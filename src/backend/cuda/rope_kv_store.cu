@@ -23,6 +23,11 @@
  * a round under a 4-block bound (64 registers) beat four heads at 2 blocks
  * an SM: a 2048-row step 37.9 against 50.9 us. Figures:
  * docs/journal/prefill.md.
+ *
+ * A q8_0 cache: the rotation here without the store, then a kernel with a
+ * warp per (row, kv head, K or V) quantizes the row's k (as rotated and
+ * rounded) and v per 32 values, quant_quantize_q8_0's arithmetic, into
+ * the codes and scales (ck_kv_pools).
  */
 #include "backend/cuda/common.cuh"
 
