@@ -100,6 +100,9 @@ par=$(sed -n 's/.*"max_parallel": \([0-9]*\).*/\1/p' "$tmp/over.jsonl")
 if [ "$ctx" -gt 0 ] && [ "$par" -gt 0 ]; then ok; else bad "no suggestions: ctx '$ctx' parallel '$par'"; fi
 json over "${base[@]}" --ctx "$ctx" --parallel 4
 json over "${base[@]}" --ctx 8192 --parallel "$par"
+# and the smaller KV type it names (q8_0 on cuda too)
+kvt=$(sed -n 's/.*"kv_dtype": "\([a-z0-9_]*\)".*/\1/p' "$tmp/over.jsonl" | head -1)
+if [ -n "$kvt" ]; then json over "${base[@]}" --ctx 8192 --parallel 4 --kv-dtype "$kvt"; fi
 if out=$(check "$tmp/over.svg" "$tmp/over.jsonl"); then ok; else bad "over.svg: $out"; fi
 if [ ! -e "$tmp/over.svg.partial" ]; then ok; else bad "over.svg.partial left behind"; fi
 
