@@ -21,8 +21,8 @@
  *   - embed: bit for bit.
  * Then whole models: SmolLM2-135M-Instruct's Q4_1 file and the bitsandbytes
  * fixtures (NF4, LLM.int8) on the GPU (packed, and expanded to bf16)
- * against the same files on the CPU: perplexity over a text within 1e-2
- * relative.
+ * against the same files on the CPU (exact: f32 activations): perplexity
+ * over a text within 1e-2 relative.
  * Without a CUDA device (CI) it prints "SKIP: no CUDA device" and exits 77.
  */
 #include "backend/backend.h"
@@ -285,6 +285,11 @@ static double perplexity(const hr_model *m, hr_device dev, bool expand, const in
                          int64_t n) {
     hr_engine_params ep = hr_engine_params_default();
     ep.device = dev;
+    /* the cpu's reference arithmetic (f32 activations), as the GPU's prefill
+     * multiplies: the default 8-bit rounding of activations moved the int8
+     * fixture's perplexity on this window from 327536 to 243786 (its random
+     * weights make outliers that one 8-bit scale a 32 values loses) */
+    ep.exact_matmul = true;
     ep.n_ctx = 512;
     ep.logits_all = true;
     ep.expand_weights = expand;
@@ -344,9 +349,8 @@ static void check_models(void) {
         check_model_file(path, "SmolLM2 Q4_1", 1024);
     else
         printf("SmolLM2 could not be fetched: its whole-model check is skipped\n");
-    check_model_file(HR_SOURCE_DIR "/tests/fixtures/bnb/llama-int8", "bnb int8 fixture", 512);
     check_model_file(HR_SOURCE_DIR "/tests/fixtures/bnb/llama-nf4", "bnb nf4 fixture", 512);
-    check_model_file(HR_SOURCE_DIR "/tests/fixtures/bnb/llama-int8", "bnb int8 fixture again", 512);
+    check_model_file(HR_SOURCE_DIR "/tests/fixtures/bnb/llama-int8", "bnb int8 fixture", 512);
 }
 
 /* "models": the whole-model checks alone */
