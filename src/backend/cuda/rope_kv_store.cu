@@ -81,7 +81,8 @@ template <int P, bool NEOX> struct rope_cfg {
 #endif
 };
 
-template <typename T, int P, bool NEOX>
+/* STORE: k and v into ck pools (a q8_0 cache: kv_q8_store_kernel does) */
+template <typename T, int P, bool NEOX, bool STORE>
 __global__ void __launch_bounds__(256, rope_cfg<P, NEOX>::min_blocks)
     rope_kv_store_kernel(T *qkv, int64_t ld, T *k_pool, T *v_pool, const int32_t *pos,
                          const int32_t *slot, const float *inv_freq, int H, int Hkv, int Dh,
@@ -128,7 +129,7 @@ __global__ void __launch_bounds__(256, rope_cfg<P, NEOX>::min_blocks)
                 y1[e] = x1[u][e] * cs[e] + x0[u][e] * sn[e];
             }
             store_pairs<T, P, NEOX>(row + h * Dh, t, half, y0, y1);
-            if (h >= H && k_pool) { /* a q8_0 cache: kv_q8_store_kernel stores */
+            if (STORE && h >= H) {
                 const int64_t at = (page0 + (int64_t)(h - H) * BS) * Dh;
                 store_pairs<T, P, NEOX>(k_pool + at, t, half, y0, y1);
                 store_pairs<T, P, NEOX>(v_pool + at, t, half, v0[u], v1[u]);
@@ -182,12 +183,19 @@ static void rope_launch(cudaStream_t s, T *qkv, int64_t ld, T *k_pool, T *v_pool
     int head_blocks = (264 + n - 1) / n; /* about two blocks per SM of an H100/H200 */
     head_blocks = head_blocks > max_hb ? max_hb : head_blocks;
     const unsigned grid = (unsigned)((int64_t)n * head_blocks);
-    if (neox)
-        ck_launch(s, grid, (unsigned)(per_head * groups), 0, rope_kv_store_kernel<T, P, true>,
-                  qkv, ld, k_pool, v_pool, pos, slot, inv_freq, H, Hkv, Dh, BS, head_blocks);
+    const unsigned threads = (unsigned)(per_head * groups);
+    if (neox && k_pool)
+        ck_launch(s, grid, threads, 0, rope_kv_store_kernel<T, P, true, true>, qkv, ld, k_pool,
+                  v_pool, pos, slot, inv_freq, H, Hkv, Dh, BS, head_blocks);
+    else if (neox)
+        ck_launch(s, grid, threads, 0, rope_kv_store_kernel<T, P, true, false>, qkv, ld, k_pool,
+                  v_pool, pos, slot, inv_freq, H, Hkv, Dh, BS, head_blocks);
+    else if (k_pool)
+        ck_launch(s, grid, threads, 0, rope_kv_store_kernel<T, P, false, true>, qkv, ld, k_pool,
+                  v_pool, pos, slot, inv_freq, H, Hkv, Dh, BS, head_blocks);
     else
-        ck_launch(s, grid, (unsigned)(per_head * groups), 0, rope_kv_store_kernel<T, P, false>,
-                  qkv, ld, k_pool, v_pool, pos, slot, inv_freq, H, Hkv, Dh, BS, head_blocks);
+        ck_launch(s, grid, threads, 0, rope_kv_store_kernel<T, P, false, false>, qkv, ld,
+                  k_pool, v_pool, pos, slot, inv_freq, H, Hkv, Dh, BS, head_blocks);
 }
 
 /* P = 4 pairs a thread when every access stays aligned for it (a gptj
