@@ -73,17 +73,19 @@
  *
  * A q8_0 cache (kv_q8; ck_kv_pools): each pool holds int8 codes in the
  * layout above and, after a layer's codes, one f16 scale per 32 (the
- * cpu's q8_0 blocks taken apart). The flash kernels read the codes and
- * scales into registers (all of a thread's loads of a chunk issued before
- * the first conversion) and store code times scale, rounded once to ck,
- * into the same shared tiles that cp.async fills from a ck cache; from
- * there they run unchanged. So the cache is read once, at half the bytes,
- * with no pass and no 16-bit copy in global memory; the copies are no
- * longer asynchronous (the decode warp waits on its loads; the prefill
- * ring still overlaps them with other warps' compute). The wgmma prefill
- * and the persistent step read ck caches only, so a q8_0 cache takes the
+ * cpu's q8_0 blocks taken apart), read once at about half the bytes, with
+ * no pass and no 16-bit copy in global memory. Decode copies the codes by
+ * cp.async as they are (rows of Dh + 16 bytes) and each lane its own
+ * row's scales (K into registers: lane = token when scoring; V into
+ * shared): a score is, per 32 codes, the integer-valued dot with q times
+ * that block's scale; P V reads two codes and their scale. Prefill loads a
+ * pass's codes and scales into registers and stores code times scale,
+ * rounded once to ck, into the shared tiles that cp.async fills from a ck
+ * cache, so its mma path runs unchanged (synchronous copies: the ring
+ * overlaps them with other warps' compute only). The wgmma prefill and
+ * the persistent step read ck caches only, so a q8_0 cache takes the
  * mma.sync prefill and op-by-op decode. The naive kernel dequantizes each
- * value in f32.
+ * value in f32. Figures: docs/journal/attention.md.
  *
  * Naive: one block per (row, head): scores of all positions into work
  * (row stride max_blocks * BS floats), block max, exp and sum, weighted V.
