@@ -332,6 +332,7 @@ typedef struct {
                                 copies (or, with use_mmap, reads in the mapping) */
     uint64_t kv;          /* the KV pool: n_seq_max sequences of n_ctx tokens */
     uint64_t kv_per_token;   /* one token, all layers, K and V */
+    hr_dtype kv_dtype, kv_dtype_v; /* the K and V cache types, as the engine resolves them */
     uint64_t kv_per_seq;     /* one sequence of n_ctx tokens */
     uint64_t activations; /* step tensors, sized by the largest step */
     uint64_t workspace;   /* matmul, attention and sampling workspaces, step metadata */

@@ -406,17 +406,15 @@ int cmd_bench(int argc, char **argv) {
                 }
                 const char *dname = cuda ? dtypes[dt_v[a]] : "f32";
                 const char *aname = cuda ? attns[attn_v[b]] : "-";
-                /* the cache's type as the engine resolves it (K:V when apart) */
-                const char *kname = o.ep.kv_dtype != HR_DTYPE_COUNT
-                                        ? hr_dtype_name(o.ep.kv_dtype)
-                                        : cuda ? dname : "f32";
-                const char *vname =
-                    o.ep.kv_dtype_v != HR_DTYPE_COUNT ? hr_dtype_name(o.ep.kv_dtype_v) : kname;
+                /* the cache's types as the engine resolved them (K:V when apart) */
+                hr_plan kvp;
+                hr_engine_plan(e, &kvp);
                 char kv_name[32];
-                if (strcmp(kname, vname) == 0)
-                    snprintf(kv_name, sizeof kv_name, "%s", kname);
+                if (kvp.kv_dtype == kvp.kv_dtype_v)
+                    snprintf(kv_name, sizeof kv_name, "%s", hr_dtype_name(kvp.kv_dtype));
                 else
-                    snprintf(kv_name, sizeof kv_name, "%s:%s", kname, vname);
+                    snprintf(kv_name, sizeof kv_name, "%s:%s", hr_dtype_name(kvp.kv_dtype),
+                             hr_dtype_name(kvp.kv_dtype_v));
                 const char *gname = cuda ? onoff[graph_v[g]] : "-";
                 const char *oname = cuda ? onoff[over_v[ov]] : "-";
                 const char *fname = !cuda ? "-" : want == HR_DTYPE_BF16 ? onoff[fold_v[f]] : "off";

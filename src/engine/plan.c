@@ -43,6 +43,8 @@ static void plan_at(const hr_model *m, const hr_engine_params *p, hr_plan *out) 
     out->weights_mapped = d == SIZES_CPU && bp.weight_copy_bytes == 0 ? m->info.weight_bytes : 0;
     out->kv = mem.kv;
     out->kv_per_token = sizes_kv_per_token(d, &m->info, p->kv_dtype, p->kv_dtype_v);
+    out->kv_dtype = p->kv_dtype;
+    out->kv_dtype_v = p->kv_dtype_v;
     out->kv_per_seq = out->kv_per_token * (uint64_t)cfg.max_blocks_per_seq *
                       (uint64_t)cfg.block_size;
     out->activations = mem.activations;

@@ -165,14 +165,21 @@ __device__ __forceinline__ int warp_max_int(int v) {
  * (ck_kv_pools). Eight values at element offset o (a multiple of 8, inside
  * one block of 32), as ck: code times scale in f32, rounded once, so the
  * kernels below go on from shared memory exactly as from a ck cache. */
+__device__ __forceinline__ void q8_unpack8(uint2 codes, float f[8]) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        f[e] = (float)(int8_t)(codes.x >> (8 * e));
+        f[4 + e] = (float)(int8_t)(codes.y >> (8 * e));
+    }
+}
+
 template <typename T>
 __device__ __forceinline__ uint4 q8_to_ck(uint2 codes, float d) {
     float f[8];
+    q8_unpack8(codes, f);
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-        f[e] = (float)(int8_t)(codes.x >> (8 * e)) * d;
-        f[4 + e] = (float)(int8_t)(codes.y >> (8 * e)) * d;
-    }
+    for (int e = 0; e < 8; e++)
+        f[e] *= d;
     return make_uint4(ck_pair<T>::pack(f[0], f[1]), ck_pair<T>::pack(f[2], f[3]),
                       ck_pair<T>::pack(f[4], f[5]), ck_pair<T>::pack(f[6], f[7]));
 }
@@ -353,13 +360,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode_kernel(const ck
                     part[j] = 0.0f;
 #pragma unroll
                 for (int c = 0; c < 4; c++) {
-                    const uint2 raw = *reinterpret_cast<const uint2 *>(krow + 32 * b + 8 * c);
                     float kf[8];
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        kf[e] = (float)(int8_t)(raw.x >> (8 * e));
-                        kf[4 + e] = (float)(int8_t)(raw.y >> (8 * e));
-                    }
+                    q8_unpack8(*reinterpret_cast<const uint2 *>(krow + 32 * b + 8 * c), kf);
 #pragma unroll
                     for (int j = 0; j < GB; j++) {
                         const float *qj = q_s + j * DH + 32 * b + 8 * c;
@@ -1208,17 +1210,20 @@ void ck_attention_naive(cudaStream_t s, const ck_attn_args *a) {
 /* the wide tile fits when the wgmma kernel takes it or the mma.sync one
  * fits at its fewest stages, 2 (at Dh 128 that is 103 KB, more than an
  * RTX 30xx/40xx grants a block) */
+/* the mma.sync kernel's wide tile, at its fewest stages */
+static bool mma_wide_fits(int Dh) {
+    return prefill_smem_bytes(Dh, 2, 2, 2) <= (size_t)ck_device_caps()->smem_block;
+}
+
 int ck_attention_tile_fits(int tile_rows, int Dh) {
     return tile_rows != CK_ATT_TILE_WIDE || (Dh == 128 && ck_device_caps()->wgmma) ||
-           prefill_smem_bytes(Dh, 2, 2, 2) <= (size_t)ck_device_caps()->smem_block;
+           mma_wide_fits(Dh);
 }
 
 int ck_attention_tile_rows(int longest, int H, int Dh, int kv_q8) {
     if (Dh == 128 && ck_device_caps()->wgmma && !kv_q8)
         return CK_ATT_TILE_WIDE; /* the wgmma kernel's tiles */
     const int64_t wide_blocks = (int64_t)(longest + CK_ATT_TILE_WIDE - 1) / CK_ATT_TILE_WIDE * H;
-    return wide_blocks >= CK_ATT_WIDE_MIN_BLOCKS &&
-                   prefill_smem_bytes(Dh, 2, 2, 2) <= (size_t)ck_device_caps()->smem_block
-               ? CK_ATT_TILE_WIDE
-               : CK_ATT_TILE;
+    return wide_blocks >= CK_ATT_WIDE_MIN_BLOCKS && mma_wide_fits(Dh) ? CK_ATT_TILE_WIDE
+                                                                      : CK_ATT_TILE;
 }
